@@ -1,0 +1,116 @@
+"""A plain PyTorch GRPO-style policy-gradient loop on `RolloutClient`: no TRL, about 100 lines.
+
+    python examples/custom_loop.py                      # starts `rollout serve` on a free port
+    python examples/custom_loop.py --server HOST:PORT   # uses a running `rollout serve --model <same model>`
+
+Each round: push the policy (`update_weights`), sample a group of completions per prompt with
+their logprobs (`generate` with `n`), score them with the addition reward, and take one step of
+group-normalized policy gradient, with the server's logprobs as the behaviour policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from rollout.client import RolloutClient
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from rollout.assets import default_model_path
+from rollout.outputs import RequestOutput
+from rollout.sampling_params import SamplingParams
+from rollout.tasks import addition
+
+
+@contextmanager
+def local_server(model_path: str, server: str | None) -> Iterator[str]:
+    """Yields `server`, or starts `rollout serve` on a free loopback port and stops it afterwards."""
+    if server is not None:
+        yield server
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "rollout.cli", "serve", "--model", model_path, "--port", str(port)]
+    process = subprocess.Popen(command)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def token_logprobs(model: PreTrainedModel, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """log p(completion token | prefix) under `model`, one per completion token (with gradient)."""
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def group_advantages(rewards: list[float]) -> list[float]:
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+def policy_loss(
+    model: PreTrainedModel, outputs: list[RequestOutput], texts: list[str], tokenizer: PreTrainedTokenizerBase
+) -> tuple[torch.Tensor, float, float]:
+    """Importance-weighted policy gradient (server logprobs = behaviour policy), token-mean."""
+    losses, drift, rewards = [], [], []
+    for output, prompt in zip(outputs, texts, strict=True):
+        completions = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in output.outputs]
+        group = [addition.digit_reward(prompt, c) for c in completions]
+        rewards += group
+        for sample, advantage in zip(output.outputs, group_advantages(group), strict=True):
+            if not sample.token_ids:
+                continue
+            logp = token_logprobs(model, output.prompt_token_ids, list(sample.token_ids))
+            behaviour = torch.tensor(sample.logprobs)
+            ratio = torch.exp(logp - behaviour)  # 1 up to numerics: the server holds these very weights
+            losses.append(-(ratio * advantage))
+            drift.append((logp.detach() - behaviour).abs())
+    loss = torch.cat(losses).mean()
+    return loss, torch.cat(drift).mean().item(), sum(rewards) / len(rewards)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--server", help="host:port of a running rollout server (default: start one)")
+    parser.add_argument("--transport", default="grpc", choices=["grpc", "distributed", "disk"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--prompts-per-step", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=1e-5)
+    args = parser.parse_args()
+
+    model_path = str(default_model_path())
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
+    params = SamplingParams(n=args.n, max_tokens=8, temperature=1.0, logprobs=0)
+    with local_server(model_path, args.server) as address:
+        client = RolloutClient(address)
+        client.wait_until_ready(300)
+        for step in range(args.steps):
+            version = client.update_weights(model, transport=args.transport)
+            texts = addition.make_prompts(args.prompts_per_step, seed=step)
+            outputs = client.generate([tokenizer(t)["input_ids"] for t in texts], params)
+            loss, drift, reward = policy_loss(model, outputs, texts, tokenizer)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            print(
+                f"step {step} weights v{version} reward {reward:.3f} |logp drift| {drift:.2e} loss {loss.item():.4f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

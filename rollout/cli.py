@@ -1,0 +1,32 @@
+"""The `rollout` command: a small dispatcher; each subcommand's arguments live in rollout/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rollout.commands import delegate, generate, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rollout", description="RL rollout generation service.")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve.register(subparsers)
+    generate.register(subparsers)
+    delegate.register(subparsers, "bench", "rollout.bench", "run the throughput benchmark")
+    delegate.register(subparsers, "demo", "rollout.demo", "run the demo")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""RolloutClient: the Python client of one or several rollout servers.
+
+`generate` returns the same `RequestOutput` objects as the offline `LLM.generate`. With several
+addresses it spreads prompts over the servers (a prompt's n samples stay on one server) and runs
+them concurrently. Request ids double as idempotency keys: a retry after UNAVAILABLE attaches to the
+request the server already runs, so nothing is generated twice.
+
+Weight-update code reaches every server through `addresses`, `channels`, `stubs` and `metadata`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.sampling_params import SamplingParams
+from rollout.server import convert
+from rollout.server.generated import rollout_pb2 as pb
+from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+
+PromptInput = str | Sequence[int] | Sequence[Mapping[str, str]]
+_SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+_DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+
+
+class RolloutClient:
+    """`RolloutClient("127.0.0.1:50051")` or `RolloutClient(["host1:50051", "host2:50051"])`.
+
+    `token`: bearer token sent on every call. `tls`: None/False plaintext, True TLS with the system
+    roots, or the path of a PEM root certificate to trust. `timeout`: default deadline (s) per call.
+    `max_retries`: retries of a call answered UNAVAILABLE (server starting, paused or draining).
+    """
+
+    def __init__(
+        self,
+        address: str | Sequence[str],
+        token: str | None = None,
+        tls: bool | str | Path | None = None,
+        timeout: float | None = None,
+        max_retries: int = 5,
+        max_message_bytes: int = _DEFAULT_MAX_MESSAGE_BYTES,
+    ):
+        self.addresses = [address] if isinstance(address, str) else list(address)
+        if not self.addresses:
+            raise ValueError("address: at least one server address is required")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        self.channels = {a: _channel(a, tls, options) for a in self.addresses}
+        self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}
+
+    # ---- generation ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[PromptInput],
+        params: SamplingParams | None = None,
+        request_id_prefix: str | None = None,
+        timeout: float | None = None,
+    ) -> list[RequestOutput]:
+        """Every prompt's n samples, in prompt order, samples in index order (as `LLM.generate`).
+
+        A prompt is text, token ids, or chat messages ([{"role": ..., "content": ...}]). Request
+        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results.
+        """
+        params = params or SamplingParams()
+        messages = [_prompt_to_proto(p, i) for i, p in enumerate(prompts)]
+        prefix = request_id_prefix or uuid.uuid4().hex
+        for i, message in enumerate(messages):
+            message.request_id = f"{prefix}-{i}"
+        deadline = _deadline(self.timeout if timeout is None else timeout)
+        shards = {a: list(range(i, len(messages), len(self.addresses))) for i, a in enumerate(self.addresses)}
+        call = _GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
+        results = call.run({a: idx for a, idx in shards.items() if idx}, messages)
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                results[i].prompt = prompt
+        return results
+
+    # ---- control ------------------------------------------------------------------------------
+
+    def server_info(self, address: str | None = None) -> convert.ServerInfo:
+        stub = self.stubs[address or self.addresses[0]]
+        return convert.info_from_proto(self._call(stub.GetServerInfo, pb.GetServerInfoRequest()))
+
+    def reset_prefix_cache(self) -> None:
+        for stub in self.stubs.values():
+            self._call(stub.ResetPrefixCache, pb.ResetPrefixCacheRequest())
+
+    def abort(self, request_id: str) -> bool:
+        """Aborts the request on whichever server runs it; False if no server knows it."""
+        found = [
+            self._call(s.Abort, pb.AbortRequest(request_id=request_id)).found for s in self.stubs.values()
+        ]
+        return any(found)
+
+    def pause(self, abort_running: bool = False, timeout: float | None = None) -> None:
+        """Every server stops admitting and returns once idle (running requests finish or abort)."""
+        for stub in self.stubs.values():
+            self._call(stub.Pause, pb.PauseRequest(abort_running=abort_running), timeout)
+
+    def resume(self) -> None:
+        for stub in self.stubs.values():
+            self._call(stub.Resume, pb.ResumeRequest())
+
+    def metrics(self, address: str | None = None) -> str:
+        stub = self.stubs[address or self.addresses[0]]
+        return self._call(stub.GetMetrics, pb.GetMetricsRequest()).prometheus_text
+
+    def wait_until_ready(self, timeout: float = 60.0) -> None:
+        """Blocks until every server's health check says SERVING; TimeoutError after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        for address, channel in self.channels.items():
+            health = health_pb2_grpc.HealthStub(channel)
+            while not _serving(health, self.metadata):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"server {address} not SERVING after {timeout} s")
+                time.sleep(0.1)
+
+    def update_weights(
+        self, model_or_named_tensors: Any, transport: str = "grpc", version: int | None = None, **kwargs: Any
+    ) -> int:
+        """Pushes weights to every server (see rollout.weights.client_push); returns the new version."""
+        from rollout.weights.client_push import push_weights
+
+        return push_weights(self, model_or_named_tensors, transport, version, **kwargs)
+
+    def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        """A unary call with the default deadline, retried while the server answers UNAVAILABLE."""
+        deadline = _deadline(self.timeout if timeout is None else timeout)
+        for attempt in _attempts(self.max_retries, deadline):
+            try:
+                return method(request, timeout=_remaining(deadline), metadata=self.metadata)
+            except grpc.RpcError as exc:
+                if not _retryable(exc) or attempt.last:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _GenerateCall:
+    """One `generate`: a Generate stream per server, run concurrently, retried on UNAVAILABLE."""
+
+    def __init__(
+        self,
+        client: RolloutClient,
+        params_pb: pb.SamplingParams,
+        params: SamplingParams,
+        prefix: str,
+        deadline: float | None,
+    ):
+        self.client, self.params_pb, self.params = client, params_pb, params
+        self.prefix, self.deadline = prefix, deadline
+        self._streams: list[grpc.Call] = []
+        self._lock = threading.Lock()
+        self._failed = False
+
+    def run(self, shards: dict[str, list[int]], messages: list[pb.Prompt]) -> list[RequestOutput]:
+        results: dict[int, RequestOutput] = {}
+        if len(shards) == 1:
+            ((address, indices),) = shards.items()
+            results.update(self._shard(address, indices, messages))
+            return [results[i] for i in range(len(messages))]
+        with ThreadPoolExecutor(len(shards), thread_name_prefix="rollout-client") as pool:
+            futures = [pool.submit(self._shard, a, idx, messages) for a, idx in shards.items()]
+            try:
+                for future in futures:
+                    results.update(future.result())
+            except BaseException:
+                self._cancel_all()  # one server failed: stop the others instead of waiting on them
+                raise
+        return [results[i] for i in range(len(messages))]
+
+    def _shard(self, address: str, indices: list[int], messages: list[pb.Prompt]) -> dict[int, RequestOutput]:
+        stub = self.client.stubs[address]
+        shard_id = f"{self.prefix}@{address}"
+        request = pb.GenerateRequest(
+            request_id=shard_id, prompts=[messages[i] for i in indices], params=self.params_pb
+        )
+        samples: dict[int, dict[int, CompletionOutput]] = {i: {} for i in range(len(indices))}
+        prompt_ids: dict[int, list[int]] = {}
+        for attempt in _attempts(self.client.max_retries, self.deadline):
+            try:
+                for response in self._stream(stub, request):
+                    self._record(response, samples, prompt_ids)
+                break
+            except grpc.RpcError as exc:
+                if self._failed or not _retryable(exc) or attempt.last:
+                    raise
+        return {indices[k]: self._output(messages[indices[k]], prompt_ids, k, s) for k, s in samples.items()}
+
+    def _stream(
+        self, stub: pb_grpc.RolloutServiceStub, request: pb.GenerateRequest
+    ) -> Iterator[pb.GenerateResponse]:
+        call = stub.Generate(request, timeout=_remaining(self.deadline), metadata=self.client.metadata)
+        with self._lock:
+            if self._failed:
+                call.cancel()
+            self._streams.append(call)
+        return call
+
+    def _record(
+        self,
+        response: pb.GenerateResponse,
+        samples: dict[int, dict[int, CompletionOutput]],
+        prompt_ids: dict[int, list[int]],
+    ) -> None:
+        want_logprobs = self.params.logprobs is not None
+        want_top = bool(self.params.logprobs)
+        sample = convert.sample_from_proto(response.sample, want_logprobs, want_top)
+        samples[response.prompt_index][sample.index] = sample  # a replay after a retry overwrites
+        if response.prompt_token_ids:
+            prompt_ids[response.prompt_index] = list(response.prompt_token_ids)
+
+    def _output(
+        self,
+        message: pb.Prompt,
+        prompt_ids: dict[int, list[int]],
+        k: int,
+        samples: dict[int, CompletionOutput],
+    ) -> RequestOutput:
+        if len(samples) != self.params.n or k not in prompt_ids:
+            raise RuntimeError(
+                f"server stream for {message.request_id} ended with {len(samples)}/{self.params.n} samples"
+            )
+        outputs = [samples[i] for i in sorted(samples)]
+        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None)
+
+    def _cancel_all(self) -> None:
+        with self._lock:
+            self._failed = True
+            for call in self._streams:
+                call.cancel()
+
+
+class _Attempt:
+    def __init__(self, last: bool):
+        self.last = last
+
+
+def _attempts(max_retries: int, deadline: float | None) -> Iterator[_Attempt]:
+    """Attempt markers with exponential backoff between them, bounded by retries and deadline."""
+    for attempt in range(max_retries + 1):
+        last = attempt == max_retries or (deadline is not None and time.monotonic() >= deadline)
+        yield _Attempt(last)
+        if last:
+            return
+        pause = min(0.1 * 2**attempt, 2.0)
+        if deadline is not None:
+            pause = min(pause, max(deadline - time.monotonic(), 0.0))
+        time.sleep(pause)
+
+
+def _retryable(exc: grpc.RpcError) -> bool:
+    return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _prompt_to_proto(prompt: PromptInput, index: int) -> pb.Prompt:
+    if isinstance(prompt, str):
+        return pb.Prompt(text=prompt)
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
+        chat = [pb.ChatMessage(role=str(m["role"]), content=str(m["content"])) for m in prompt]
+        return pb.Prompt(chat=pb.ChatMessages(messages=chat))
+    if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return pb.Prompt(token_ids=pb.TokenIds(ids=list(prompt)))
+    raise ValueError(f"prompts[{index}] must be text, a list of token ids or a list of chat messages")
+
+
+def _channel(address: str, tls: bool | str | Path | None, options: list[tuple[str, int]]) -> grpc.Channel:
+    if not tls:
+        return grpc.insecure_channel(address, options)
+    root = None if tls is True else Path(tls).read_bytes()
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root), options)
+
+
+def _serving(health: health_pb2_grpc.HealthStub, metadata: tuple[tuple[str, str], ...]) -> bool:
+    try:
+        reply = health.Check(health_pb2.HealthCheckRequest(service=_SERVICE), timeout=1.0, metadata=metadata)
+    except grpc.RpcError:
+        return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING

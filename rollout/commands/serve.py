@@ -1,0 +1,82 @@
+"""`rollout serve`: the gRPC rollout server in the foreground; SIGTERM/SIGINT drain it gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from rollout.commands.engine_args import add_engine_args, engine_config, model_path
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="serve the model over gRPC")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    parser.add_argument("--port", type=int, default=50051, help="port (0 picks a free one)")
+    parser.add_argument("--token", help="require 'authorization: Bearer <token>' on every RPC")
+    parser.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key enables TLS")
+    parser.add_argument("--tls-key", help="PEM private key")
+    parser.add_argument(
+        "--metrics-port", type=int, help="also serve Prometheus /metrics over HTTP on loopback"
+    )
+    parser.add_argument(
+        "--max-queue", type=int, default=4096, help="unfinished requests before RESOURCE_EXHAUSTED"
+    )
+    parser.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message, MiB")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    add_engine_args(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rollout.engine.llm_engine import LLMEngine
+    from rollout.server.app import RolloutServer, ServerTLS
+    from rollout.server.engine_loop import EngineLoop
+    from rollout.server.metrics import serve_metrics_http
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("rollout serve: --tls-cert and --tls-key go together")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
+        logger.warning(
+            "serving on %s without --token: anyone who can reach it can replace the weights", args.host
+        )
+    engine = LLMEngine.from_pretrained(model_path(args), engine_config(args), args.tokenizer)
+    hooks, names = _weight_sync()
+    server = RolloutServer(
+        EngineLoop(engine, max_pending_requests=args.max_queue),
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        max_message_bytes=args.max_message_mb * 2**20,
+        extra_servicers=hooks,
+        extra_service_names=names,
+    ).start()
+    if args.metrics_port is not None:
+        http = serve_metrics_http(server.metrics, args.metrics_port)
+        logger.info("metrics on http://127.0.0.1:%d/metrics", http.server_address[1])
+    print(f"rollout serving {engine.model_info.name} on {server.address}", flush=True)
+    _wait_for_signal()
+    logger.info("draining (grace %.0f s)", args.grace)
+    server.stop(grace=args.grace)
+    return 0
+
+
+def _weight_sync() -> tuple[list, list[str]]:
+    """The WeightSyncService registration hook, when the weights package provides it."""
+    try:
+        from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+    except ImportError as exc:
+        logger.warning("weight sync unavailable: %s", exc)
+        return [], []
+    return [register_weight_sync], [SERVICE_NAME]
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()

@@ -1,0 +1,1 @@
+"""The continuous-batching engine: requests, block manager, scheduler, model runner, sampler."""

@@ -1,0 +1,169 @@
+"""BlockManager: reference-counted KV blocks, a free queue in LRU order, and the prefix cache.
+
+A block is free when no sequence references it (`ref_cnt == 0`). A free block may still hold a
+cached prefix: it stays findable by its hash until it is handed out again, and hand-out takes the
+least recently freed block first, so cached prefixes are evicted in LRU order. Sequences free
+their blocks tail first, which keeps the shared heads of prompts cached longest.
+
+Cache keys chain: a block's hash covers its parent's hash, its tokens and the weight version, so a
+block computed under old weights can never match after an update.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from rollout.engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: int | None = None
+    # What the hash covered, checked on every hit so a hash collision can never return wrong KV.
+    parent_hash: int | None = None
+    token_ids: tuple[int, ...] | None = None
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.cached: dict[int, int] = {}  # block hash -> block id
+        self.weight_version = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.cached)
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Blocks `append_slots` would take: new ones, plus one if a shared partial block must be copied."""
+        total = seq.num_computed_tokens + num_new_tokens
+        needed = max(0, -(-total // self.block_size) - len(seq.block_table))
+        return needed + int(self._first_write_is_shared(seq))
+
+    def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
+
+    def append_slots(self, seq: Sequence, num_new_tokens: int) -> tuple[int, int] | None:
+        """Gives `seq` room for `num_new_tokens`; returns a (src, dst) block copy when copy-on-write applies."""
+        copy = None
+        if self._first_write_is_shared(seq):
+            index = seq.num_computed_tokens // self.block_size
+            src, dst = seq.block_table[index], self._allocate()
+            self._release(src)
+            seq.block_table[index] = dst
+            copy = (src, dst)
+        total = seq.num_computed_tokens + num_new_tokens
+        while len(seq.block_table) * self.block_size < total:
+            seq.block_table.append(self._allocate())
+        return copy
+
+    def allocate_prefix(self, seq: Sequence) -> int:
+        """Takes the cached blocks matching the head of a block-less sequence; returns the hit tokens.
+
+        At least one token is always left to compute, since sampling needs its logits.
+        """
+        assert not seq.block_table and seq.num_computed_tokens == 0
+        if not self.enable_prefix_caching:
+            return 0
+        parent = None
+        for index in range((seq.num_tokens - 1) // self.block_size):
+            tokens = self._block_tokens(seq, index)
+            block_id = self.cached.get(self._hash(parent, tokens))
+            if block_id is None or not self._matches(self.blocks[block_id], parent, tokens):
+                break
+            self._take(block_id)
+            seq.block_table.append(block_id)
+            parent = self.blocks[block_id].block_hash
+            seq.block_hashes.append(parent)
+        seq.num_computed_tokens = len(seq.block_table) * self.block_size
+        return seq.num_computed_tokens
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Registers the blocks of `seq` that became full of computed tokens in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        for index in range(len(seq.block_hashes), seq.num_computed_tokens // self.block_size):
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            tokens = self._block_tokens(seq, index)
+            block_hash = self._hash(parent, tokens)
+            seq.block_hashes.append(block_hash)
+            block = self.blocks[seq.block_table[index]]
+            if block.block_hash is None and block_hash not in self.cached:
+                block.block_hash, block.parent_hash, block.token_ids = block_hash, parent, tokens
+                self.cached[block_hash] = block.block_id
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """The child shares every block of the parent; a shared partial block is copied on first write."""
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
+        for block_id in child.block_table:
+            self.blocks[block_id].ref_cnt += 1
+
+    def free(self, seq: Sequence) -> None:
+        for block_id in reversed(seq.block_table):
+            self._release(block_id)
+        seq.block_table.clear()
+        seq.block_hashes.clear()
+
+    def reset_prefix_cache(self) -> None:
+        """Makes every cached block unfindable; blocks in use keep their KV and stay with their owners."""
+        for block_id in self.cached.values():
+            block = self.blocks[block_id]
+            block.block_hash = block.parent_hash = block.token_ids = None
+        self.cached.clear()
+
+    def set_weight_version(self, version: int) -> None:
+        self.weight_version = version
+        self.reset_prefix_cache()
+
+    def _first_write_is_shared(self, seq: Sequence) -> bool:
+        index, offset = divmod(seq.num_computed_tokens, self.block_size)
+        return (
+            offset != 0 and index < len(seq.block_table) and self.blocks[seq.block_table[index]].ref_cnt > 1
+        )
+
+    def _allocate(self) -> int:
+        block_id, _ = self.free_queue.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.block_hash is not None:
+            del self.cached[block.block_hash]
+            block.block_hash = block.parent_hash = block.token_ids = None
+        block.ref_cnt = 1
+        return block_id
+
+    def _take(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_cnt == 0:
+            del self.free_queue[block_id]
+        block.ref_cnt += 1
+
+    def _release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        assert block.ref_cnt > 0, f"block {block_id} released more often than taken"
+        block.ref_cnt -= 1
+        if block.ref_cnt == 0:
+            self.free_queue[block_id] = None
+
+    def _block_tokens(self, seq: Sequence, index: int) -> tuple[int, ...]:
+        return tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+
+    def _hash(self, parent: int | None, tokens: tuple[int, ...]) -> int:
+        return hash((parent, self.weight_version, tokens))
+
+    @staticmethod
+    def _matches(block: Block, parent: int | None, tokens: tuple[int, ...]) -> bool:
+        return block.parent_hash == parent and block.token_ids == tokens

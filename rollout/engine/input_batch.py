@@ -1,0 +1,69 @@
+"""Turns a SchedulerOutput into the packed tensors one forward pass needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rollout.engine.scheduler import SchedulerOutput
+from rollout.ops.attention_metadata import AttentionMetadata
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    input_ids: torch.Tensor  # [1, T]
+    position_ids: torch.Tensor  # [1, T]
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor  # [R]: packed rows whose logits are sampled
+
+
+def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device) -> ModelInputs:
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    query_lens: list[int] = []
+    seq_lens: list[int] = []
+    logits_indices: list[int] = []
+    for item in sched.scheduled:
+        seq, start = item.seq, item.seq.num_computed_tokens
+        end = start + item.num_new_tokens
+        input_ids.extend(seq.token_ids[start:end])
+        positions.extend(range(start, end))
+        table = seq.block_table
+        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
+        query_lens.append(item.num_new_tokens)
+        seq_lens.append(end)
+        if item.samples:
+            logits_indices.append(len(input_ids) - 1)
+    max_blocks = max(len(item.seq.block_table) for item in sched.scheduled)
+    tables = [
+        item.seq.block_table + [0] * (max_blocks - len(item.seq.block_table)) for item in sched.scheduled
+    ]
+    cu_seqlens = [0]
+    for q_len in query_lens:
+        cu_seqlens.append(cu_seqlens[-1] + q_len)
+    meta = AttentionMetadata(
+        slot_mapping=_tensor(slots, torch.int64, device),
+        cu_seqlens_q=_tensor(cu_seqlens, torch.int32, device),
+        seq_lens=_tensor(seq_lens, torch.int32, device),
+        block_tables=_tensor(tables, torch.int32, device),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_lens_cpu=query_lens,
+        seq_lens_cpu=seq_lens,
+    )
+    return ModelInputs(
+        input_ids=_tensor(input_ids, torch.int64, device)[None],
+        position_ids=_tensor(positions, torch.int64, device)[None],
+        meta=meta,
+        logits_indices=_tensor(logits_indices, torch.int64, device),
+    )
+
+
+def _tensor(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # Built on the host and copied once; pinned + non_blocking lets the copy overlap on CUDA.
+    host = torch.tensor(data, dtype=dtype)
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host

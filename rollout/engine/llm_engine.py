@@ -1,0 +1,351 @@
+"""LLMEngine: requests in, finished samples out; `step()` is schedule -> execute -> update.
+
+The engine owns the model, the KV cache, the scheduler and the sampler. It is not thread-safe:
+one thread (the offline `LLM` or the server's engine loop) drives it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rollout.config import EngineConfig
+from rollout.engine import model_loader
+from rollout.engine.block_manager import BlockManager
+from rollout.engine.kv_cache import KVCacheSpec
+from rollout.engine.model_loader import ModelInfo
+from rollout.engine.model_runner import ModelRunner
+from rollout.engine.request import Request
+from rollout.engine.sampler import Sampler, SampleRow
+from rollout.engine.scheduler import Scheduler, SchedulerOutput
+from rollout.engine.sequence import Sequence
+from rollout.ops.backends import get_backend
+from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.sampling_params import SamplingParams
+
+_CPU_KV_CACHE_GB = 1.0
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        config: EngineConfig | None = None,
+        model_name: str | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.model = model_loader.prepare_model(model, self.config)
+        self.tokenizer = tokenizer
+        device = self.model.device
+        self.max_model_len = self._max_model_len()
+        kv_spec = KVCacheSpec.from_model_config(self.model.config, self.model.dtype)
+        num_blocks = self._num_blocks(kv_spec, device)
+        self.block_manager = BlockManager(
+            num_blocks, self.config.block_size, self.config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(self.config, self.block_manager)
+        backend = get_backend(self.config.attention_backend, device)
+        self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
+        self.sampler = Sampler(device, self.config.seed)
+        self.vocab_size = self.model.get_input_embeddings().num_embeddings
+        self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
+        self.model_info = ModelInfo(
+            name=model_name or getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__,
+            architecture=type(self.model).__name__,
+            dtype=str(self.model.dtype).removeprefix("torch."),
+            device=str(device),
+            max_model_len=self.max_model_len,
+            vocab_size=self.vocab_size,
+            eos_token_ids=tuple(sorted(self.eos_token_ids)),
+            block_size=self.config.block_size,
+            num_blocks=num_blocks,
+        )
+        self.requests: dict[str, Request] = {}
+        self._weight_version = 0
+        self._arrivals = itertools.count()
+        self._seq_ids = itertools.count()
+        self._aborted: list[RequestOutput] = []
+        self._num_generated_tokens = 0
+        self._num_requests_finished = 0
+
+    @classmethod
+    def from_pretrained(
+        cls, model: str | os.PathLike, config: EngineConfig | None = None, tokenizer: str | None = None
+    ) -> LLMEngine:
+        config = config or EngineConfig()
+        hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)
+        return cls(hf_model, hf_tokenizer, config, model_name=str(model))
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raises ValueError naming the offending field; nothing is queued."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        if not isinstance(prompt_token_ids, (list, tuple)) or not prompt_token_ids:
+            raise ValueError("prompt_token_ids must be a non-empty list of token ids")
+        for token_id in prompt_token_ids:
+            if (
+                isinstance(token_id, bool)
+                or not isinstance(token_id, int)
+                or not 0 <= token_id < self.vocab_size
+            ):
+                raise ValueError(
+                    f"prompt_token_ids: token id {token_id!r} is outside the vocabulary [0, {self.vocab_size})"
+                )
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt_token_ids: the prompt has {len(prompt_token_ids)} tokens but the context is "
+                f"{self.max_model_len} (max_model_len), so at most {self.max_model_len - 1} fit"
+            )
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
+        if params.logprobs is not None and params.logprobs > self.vocab_size:
+            raise ValueError(
+                f"logprobs must be <= the vocabulary size ({self.vocab_size}), got {params.logprobs}"
+            )
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None
+    ) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        self.validate_request(prompt_token_ids, params)
+        request = Request(
+            request_id, list(prompt_token_ids), params, next(self._arrivals), self._weight_version, prompt
+        )
+        request.sequences.append(self._new_sequence(request, 0))
+        self.requests[request_id] = request
+        self.scheduler.add(request.sequences[0])
+
+    def abort_request(self, request_id: str) -> bool:
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return False
+        aborted = [seq for seq in request.sequences if not seq.is_finished]
+        for seq in aborted:
+            seq.finish_reason = "abort"
+            self.scheduler.finish(seq)
+        # samples that were never forked come back too, each empty
+        unborn = [self._new_sequence(request, i) for i in range(len(request.sequences), request.n)]
+        for seq in unborn:
+            seq.finish_reason = "abort"
+        request.num_finished = request.n
+        self._num_requests_finished += 1
+        outputs = [self._completion(request, seq) for seq in aborted + unborn]
+        self._aborted.append(
+            RequestOutput(request_id, request.prompt_token_ids, outputs, True, request.prompt)
+        )
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or bool(self._aborted)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        outputs, self._aborted = self._aborted, []
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return outputs
+        logits = self.runner.execute(sched)
+        return outputs + self._update(sched, logits)
+
+    def _update(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+        sampling: list[Sequence] = []
+        for item in sched.scheduled:
+            seq, samples = item.seq, item.samples
+            start = seq.num_computed_tokens
+            self.scheduler.stats.num_prompt_tokens_computed += max(
+                0, min(seq.num_prompt_tokens - start, item.num_new_tokens)
+            )
+            seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(seq)
+            if samples:
+                sampling.append(seq)
+        finished: dict[str, RequestOutput] = {}
+        for row, seqs in zip(logits, self._expand_forks(sampling), strict=True):
+            self._sample_and_append(row, seqs, finished)
+        return list(finished.values())
+
+    def _expand_forks(self, sampling: list[Sequence]) -> list[list[Sequence]]:
+        """Each sampling row feeds one sequence, or all n samples of a prompt that just finished prefill."""
+        groups = []
+        for seq in sampling:
+            request = seq.request
+            if request.forked or seq.num_output_tokens > 0:
+                groups.append([seq])
+                continue
+            children = [self._new_sequence(request, i) for i in range(1, request.n)]
+            for child in children:
+                self.block_manager.fork(seq, child)
+                child.num_computed_tokens = seq.num_computed_tokens
+                self.scheduler.add_running(child)
+            request.sequences.extend(children)
+            request.forked = True
+            groups.append([seq, *children])
+        return groups
+
+    def _sample_and_append(
+        self, row: torch.Tensor, seqs: list[Sequence], finished: dict[str, RequestOutput]
+    ) -> None:
+        rows = [SampleRow(seq.request.params, seq.generator, seq.token_ids) for seq in seqs]
+        out = self.sampler(row.expand(len(seqs), -1), rows)
+        for i, seq in enumerate(seqs):
+            seq.token_ids.append(out.token_ids[i])
+            self._num_generated_tokens += 1
+            if out.logprobs[i] is not None:
+                seq.logprobs.append(out.logprobs[i])
+            if out.top_logprobs[i] is not None:
+                seq.top_logprobs.append(out.top_logprobs[i])
+            reason = self._finish_reason(seq)
+            if reason is not None:
+                self._finish(seq, reason, finished)
+
+    def _finish_reason(self, seq: Sequence) -> str | None:
+        params = seq.request.params
+        token = seq.token_ids[-1]
+        if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str, finished: dict[str, RequestOutput]) -> None:
+        request = seq.request
+        seq.finish_reason = reason
+        self.scheduler.finish(seq)
+        request.num_finished += 1
+        out = finished.setdefault(
+            request.request_id,
+            RequestOutput(request.request_id, request.prompt_token_ids, prompt=request.prompt),
+        )
+        out.outputs.append(self._completion(request, seq))
+        if request.is_finished:
+            out.finished = True
+            del self.requests[request.request_id]
+            self._num_requests_finished += 1
+
+    def _completion(self, request: Request, seq: Sequence) -> CompletionOutput:
+        want = request.params.logprobs is not None
+        token_ids = seq.output_token_ids
+        text = (
+            self.tokenizer.decode(token_ids, skip_special_tokens=True) if self.tokenizer is not None else None
+        )
+        return CompletionOutput(
+            index=seq.sample_index,
+            token_ids=token_ids,
+            logprobs=list(seq.logprobs) if want else None,
+            top_logprobs=list(seq.top_logprobs) if want and request.params.logprobs else None,
+            finish_reason=seq.finish_reason or "abort",
+            weight_version=request.weight_version,
+            text=text,
+        )
+
+    def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
+        seed = request.params.seed
+        generator = None
+        if seed is not None:
+            generator = torch.Generator(device=self.model.device).manual_seed(
+                _sample_seed(seed, sample_index)
+            )
+        prompt = request.prompt_token_ids
+        return Sequence(
+            next(self._seq_ids), request, list(prompt), len(prompt), sample_index, generator=generator
+        )
+
+    # ---- weights and cache ------------------------------------------------------------------
+
+    @property
+    def weight_version(self) -> int:
+        return self._weight_version
+
+    def update_weights(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        version: int | None = None,
+    ) -> int:
+        """Writes the tensors in place, atomically (all validated first), then commits a new version."""
+        if self.has_unfinished_requests():
+            raise RuntimeError(
+                "update_weights needs an idle engine: drain or abort the unfinished requests first"
+            )
+        from rollout.weights.updater import apply_named_tensors, check_next_version
+
+        check_next_version(self._weight_version, version)  # a bad version must refuse before any write
+        apply_named_tensors(self.model, named_tensors)
+        return self.commit_weight_version(version)
+
+    def commit_weight_version(self, version: int | None = None) -> int:
+        if version is None:
+            version = self._weight_version + 1
+        if version <= self._weight_version:
+            raise ValueError(f"version must increase: current {self._weight_version}, got {version}")
+        self._weight_version = version
+        self.block_manager.set_weight_version(version)
+        return version
+
+    def reset_prefix_cache(self) -> None:
+        self.block_manager.reset_prefix_cache()
+
+    def stats(self) -> dict[str, int | float]:
+        bm, sched = self.block_manager, self.scheduler
+        return {
+            "num_blocks_total": bm.num_blocks,
+            "num_blocks_free": bm.num_free_blocks,
+            "num_blocks_cached": bm.num_cached_blocks,
+            "num_prompt_tokens_computed": sched.stats.num_prompt_tokens_computed,
+            "num_prefix_hit_tokens": sched.stats.num_prefix_hit_tokens,
+            "num_generated_tokens": self._num_generated_tokens,
+            "num_requests_finished": self._num_requests_finished,
+            "num_running_seqs": len(sched.running),
+            "num_waiting_seqs": len(sched.waiting),
+            "num_preemptions": sched.stats.num_preemptions,
+            "weight_version": self._weight_version,
+        }
+
+    # ---- sizing -----------------------------------------------------------------------------
+
+    def _max_model_len(self) -> int:
+        limit = model_loader.model_max_len(self.model)
+        wanted = self.config.max_model_len or limit
+        if wanted > limit:
+            raise ValueError(f"max_model_len {wanted} exceeds the model's context length {limit}")
+        return wanted
+
+    def _num_blocks(self, spec: KVCacheSpec, device: torch.device) -> int:
+        block_size = self.config.block_size
+        per_seq = -(-self.max_model_len // block_size)
+        if self.config.num_blocks is not None:
+            if self.config.num_blocks < per_seq:
+                raise ValueError(
+                    f"num_blocks {self.config.num_blocks} cannot hold one sequence of max_model_len "
+                    f"{self.max_model_len} ({per_seq} blocks of {block_size})"
+                )
+            return self.config.num_blocks
+        budget = self._kv_cache_bytes(device)
+        useful = per_seq * self.config.max_num_seqs
+        return max(per_seq, min(useful, budget // spec.bytes_per_block(block_size)))
+
+    def _kv_cache_bytes(self, device: torch.device) -> int:
+        if self.config.kv_cache_memory_gb is not None:
+            return int(self.config.kv_cache_memory_gb * 2**30)
+        if device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(device)
+            reserve = total * (1 - self.config.gpu_memory_utilization)
+            return int(max(0, free - reserve) * 0.9)  # headroom for activations
+        return int(_CPU_KV_CACHE_GB * 2**30)
+
+
+def _sample_seed(seed: int, sample_index: int) -> int:
+    """Distinct, reproducible streams for the n samples of one seeded request."""
+    return (seed * 1_000_003 + sample_index * 7_919) % (2**63)

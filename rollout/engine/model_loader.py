@@ -1,0 +1,109 @@
+"""Loads a Hugging Face causal LM and prepares it for the engine (device, dtype, paged attention)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from rollout.config import EngineConfig
+from rollout.ops import hf_attention
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    architecture: str
+    dtype: str
+    device: str
+    max_model_len: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    block_size: int
+    num_blocks: int
+
+
+def resolve_device(config: EngineConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device is {config.device!r} but CUDA is not available")
+    return device
+
+
+def resolve_dtype(config: EngineConfig, device: torch.device, model_dtype: torch.dtype | None) -> torch.dtype:
+    if config.dtype != "auto":
+        return _DTYPES[config.dtype]
+    if device.type == "cpu":
+        return torch.float32  # bf16 matmuls are slow on most CPUs
+    return model_dtype if model_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+
+
+def load_pretrained(
+    path: str | os.PathLike, config: EngineConfig, tokenizer_path: str | os.PathLike | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    device = resolve_device(config)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
+    return model, load_tokenizer(tokenizer_path or path)
+
+
+def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase | None:
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError):
+        return None  # a weights-only directory: prompts must then be token ids
+
+
+def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:
+    """Puts an in-memory model on the configured device/dtype and switches it to paged attention."""
+    if config.device != "auto" or config.dtype != "auto":
+        device = resolve_device(config) if config.device != "auto" else model.device
+        model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
+    hf_attention.register()
+    model.set_attn_implementation(hf_attention.ATTN_IMPLEMENTATION)
+    if model.config._attn_implementation != hf_attention.ATTN_IMPLEMENTATION:
+        raise ValueError(f"{type(model).__name__} does not support transformers' attention interface")
+    _check_layer_indices(model)
+    return model.eval()
+
+
+def _check_layer_indices(model: PreTrainedModel) -> None:
+    num_layers = model.config.get_text_config().num_hidden_layers
+    indices = sorted(
+        m.layer_idx
+        for m in model.modules()
+        if hasattr(m, "layer_idx") and hasattr(m, "is_causal") and m.is_causal
+    )
+    if indices != list(range(num_layers)):
+        raise ValueError(
+            f"{type(model).__name__}: expected one causal attention module per layer (layer_idx 0..{num_layers - 1}), "
+            f"found {indices}; this architecture is not supported"
+        )
+
+
+def model_max_len(model: PreTrainedModel) -> int:
+    text_config = model.config.get_text_config()
+    for name in ("max_position_embeddings", "n_positions", "seq_length"):
+        value = getattr(text_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError("cannot tell the model's context length; set EngineConfig.max_model_len")
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> tuple[int, ...]:
+    candidates = []
+    if model.generation_config is not None:
+        candidates.append(model.generation_config.eos_token_id)
+    candidates.append(model.config.get_text_config().eos_token_id)
+    if tokenizer is not None:
+        candidates.append(tokenizer.eos_token_id)
+    for value in candidates:
+        if value is not None:
+            return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+    return ()

@@ -1,0 +1,146 @@
+"""Sampler: logits -> tokens and the logprobs of the distribution each token was drawn from.
+
+Order of processing (vLLM's and TRL's expectation): repetition penalty, temperature, top-k, top-p,
+min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
+of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
+E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row draws its noise from
+its own generator, so its tokens do not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rollout.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class SampleRow:
+    params: SamplingParams
+    generator: torch.Generator | None
+    seen_token_ids: list[int]  # prompt + output so far, for the repetition penalty
+
+
+@dataclass(slots=True)
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top_logprobs: list[dict[int, float] | None]
+
+
+class Sampler:
+    def __init__(self, device: torch.device, seed: int) -> None:
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
+        """logits: [R, vocab] fp32, one row per sample to draw."""
+        raw_logprobs = (
+            torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
+        )
+        logits = _apply_repetition_penalty(logits, rows)
+        logits = _apply_temperature(logits, rows)
+        logits = _apply_top_k(logits, rows)
+        logits = _apply_top_p(logits, rows)
+        logits = _apply_min_p(logits, rows)
+        processed = torch.log_softmax(logits, dim=-1)
+        token_ids = self._draw(processed, rows)
+        return _gather_logprobs(processed, raw_logprobs, token_ids, rows)
+
+    def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        noise = torch.empty_like(logprobs)
+        for i, row in enumerate(rows):
+            if row.generator is not None:
+                noise[i].exponential_(generator=row.generator)
+        unseeded = [i for i, row in enumerate(rows) if row.generator is None]
+        if unseeded:
+            noise[unseeded] = torch.empty(
+                len(unseeded), logprobs.shape[1], device=logprobs.device
+            ).exponential_(generator=self.generator)
+        sampled = (logprobs.exp() / noise.clamp_(min=1e-30)).argmax(dim=-1)
+        greedy = torch.tensor([row.params.greedy for row in rows], device=logprobs.device)
+        return torch.where(greedy, logprobs.argmax(dim=-1), sampled)
+
+
+def _any(rows: list[SampleRow], predicate) -> bool:
+    return any(predicate(row.params) for row in rows)
+
+
+def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(values, dtype=like.dtype, device=like.device)[:, None]
+
+
+def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied."""
+    if not _any(rows, lambda p: p.repetition_penalty != 1.0):
+        return logits
+    logits = logits.clone()
+    for i, row in enumerate(rows):
+        penalty = row.params.repetition_penalty
+        if penalty != 1.0 and row.seen_token_ids:
+            seen = torch.tensor(sorted(set(row.seen_token_ids)), device=logits.device)
+            values = logits[i, seen]
+            logits[i, seen] = torch.where(values > 0, values / penalty, values * penalty)
+    return logits
+
+
+def _apply_temperature(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
+    if all(t == 1.0 for t in temps):
+        return logits
+    return logits / _column(rows, temps, logits)
+
+
+def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    vocab = logits.shape[1]
+    ks = [
+        row.params.top_k if 0 < row.params.top_k < vocab and not row.params.greedy else vocab for row in rows
+    ]
+    if all(k == vocab for k in ks):
+        return logits
+    # k-th largest value per row, without a full sort of the vocabulary
+    kth = logits.topk(max(ks), dim=-1).values.gather(1, torch.tensor(ks, device=logits.device)[:, None] - 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _apply_top_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    ps = [row.params.top_p if not row.params.greedy else 1.0 for row in rows]
+    if all(p >= 1.0 for p in ps):
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    # drop a token when the mass before it already reaches p (the top token always stays)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop_sorted = mass_before >= _column(rows, ps, probs)
+    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _apply_min_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    ms = [row.params.min_p if not row.params.greedy else 0.0 for row in rows]
+    if all(m == 0.0 for m in ms):
+        return logits
+    probs = logits.softmax(dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * _column(rows, ms, probs)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def _gather_logprobs(
+    processed: torch.Tensor, raw: torch.Tensor | None, token_ids: torch.Tensor, rows: list[SampleRow]
+) -> SamplerOutput:
+    ids = token_ids.tolist()
+    logprobs: list[float | None] = [None] * len(rows)
+    tops: list[dict[int, float] | None] = [None] * len(rows)
+    wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
+    if wanted:
+        chosen = {i: raw if rows[i].params.logprobs_mode == "raw" else processed for i in wanted}
+        values = [chosen[i][i, ids[i]] for i in wanted]
+        for i, value in zip(wanted, torch.stack(values).tolist(), strict=True):
+            logprobs[i] = value
+        for i in wanted:
+            k = rows[i].params.logprobs
+            if k:
+                top = chosen[i][i].topk(k)
+                tops[i] = dict(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    return SamplerOutput(ids, logprobs, tops)

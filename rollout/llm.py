@@ -1,0 +1,117 @@
+"""LLM: the offline entry point; generate a batch to completion in-process."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rollout.config import EngineConfig
+from rollout.engine.llm_engine import LLMEngine
+from rollout.outputs import RequestOutput
+from rollout.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+class LLM:
+    """`LLM("path")`, `LLM(model=<PreTrainedModel>, tokenizer=...)`, or `LLM()` for the embedded model."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike | PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | str | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        if model is None:
+            from rollout.assets import default_model_path
+
+            model = default_model_path()
+        if isinstance(model, PreTrainedModel):
+            if isinstance(tokenizer, (str, os.PathLike)):
+                from rollout.engine.model_loader import load_tokenizer
+
+                tokenizer = load_tokenizer(tokenizer)
+            self.engine = LLMEngine(model, tokenizer, config)
+        else:
+            self.engine = LLMEngine.from_pretrained(model, config, tokenizer)
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase | None:
+        return self.engine.tokenizer
+
+    def generate(
+        self, prompts: Prompt | Sequence[Prompt], params: SamplingParams | None = None, use_tqdm: bool = False
+    ) -> list[RequestOutput]:
+        """Generates every prompt's n samples; returns them in prompt order, samples in index order."""
+        params = params or SamplingParams()
+        token_prompts = self._tokenize(prompts)
+        for ids in token_prompts:  # validate all before queueing any: a bad prompt loses nothing
+            self.engine.validate_request(ids, params)
+        request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
+        texts = prompts if isinstance(prompts, list) and prompts and isinstance(prompts[0], str) else None
+        for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
+            self.engine.add_request(request_id, ids, params, texts[i] if texts else None)
+        return self._run(request_ids, use_tqdm)
+
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        results: dict[str, RequestOutput] = {}
+        pending = set(request_ids)
+        with tqdm(total=len(request_ids), disable=not use_tqdm, desc="generate", unit="prompt") as bar:
+            while pending:
+                for delta in self.engine.step():
+                    result = results.setdefault(delta.request_id, delta)
+                    if result is not delta:
+                        result.outputs.extend(delta.outputs)
+                        result.finished = delta.finished
+                    if delta.finished:
+                        pending.discard(delta.request_id)
+                        bar.update(1)
+        for result in results.values():
+            result.outputs.sort(key=lambda c: c.index)
+        return [results[r] for r in request_ids]
+
+    def _tokenize(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(
+                f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}"
+            )
+        if prompts and all(isinstance(p, int) for p in prompts):
+            raise ValueError("prompts must be a list of prompts; wrap a single token-id prompt as [[...]]")
+        out = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                if self.tokenizer is None:
+                    raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
+                out.append(self.tokenizer(prompt)["input_ids"])
+            elif isinstance(prompt, (list, tuple)):
+                out.append(list(prompt))
+            else:
+                raise ValueError(
+                    f"prompts[{i}] must be a string or a list of token ids, got {type(prompt).__name__}"
+                )
+        return out
+
+    def update_weights(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        version: int | None = None,
+    ) -> int:
+        return self.engine.update_weights(named_tensors, version)
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    def reset_prefix_cache(self) -> None:
+        self.engine.reset_prefix_cache()
+
+    def stats(self) -> dict[str, int | float]:
+        return self.engine.stats()

@@ -1,0 +1,1 @@
+"""Attention and KV-cache kernels: a torch reference (CPU, oracle) and Triton kernels (CUDA)."""

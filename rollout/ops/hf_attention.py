@@ -1,0 +1,66 @@
+"""The bridge from transformers' attention interface to the paged KV cache.
+
+The engine registers `paged_attention_forward` under ATTN_IMPLEMENTATION and switches the model to
+it, so unmodified Hugging Face model code runs over the paged cache: the model computes q/k/v (with
+its own RoPE, norms and biases) and hands them here with the `rollout_context` keyword the runner
+passes to `model(...)`. No attention mask is built: the metadata says who attends to what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+
+from rollout.ops.attention_metadata import AttentionMetadata
+
+ATTN_IMPLEMENTATION = "rollout_paged"
+
+
+@dataclass(slots=True)
+class AttentionBackend:
+    write_kv_cache: Callable[..., None]
+    paged_attention: Callable[..., torch.Tensor]
+
+
+@dataclass(slots=True)
+class ForwardContext:
+    """Everything one forward pass needs to read and write the paged cache."""
+
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: [num_blocks, block_size, Hkv, D] each
+    meta: AttentionMetadata
+    backend: AttentionBackend
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, num_heads, T, head_dim]
+    key: torch.Tensor,  # [1, num_kv_heads, T, head_dim]
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    rollout_context: ForwardContext | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    if rollout_context is None:
+        raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
+    key_cache, value_cache = rollout_context.kv_caches[module.layer_idx]
+    q = query[0].transpose(0, 1)  # [T, H, D]
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    backend = rollout_context.backend
+    backend.write_kv_cache(k, v, key_cache, value_cache, rollout_context.meta.slot_mapping)
+    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    out = backend.paged_attention(
+        q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap
+    )
+    return out.unsqueeze(0), None  # [1, T, H, D], as transformers expects
+
+
+def register() -> None:
+    AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)

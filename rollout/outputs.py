@@ -1,0 +1,36 @@
+"""Output objects shared by the offline LLM, the gRPC client and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    """One sample: its tokens, their logprobs, why it stopped and the weights that made it."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float] | None
+    top_logprobs: list[dict[int, float]] | None
+    finish_reason: str
+    weight_version: int
+    text: str | None = None
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """A prompt's samples.
+
+    From `LLM.generate` and `RolloutClient.generate`, `outputs` holds all n samples in index order
+    and `finished` is True. From `LLMEngine.step`, `outputs` holds only the samples that finished in
+    that step (a delta) and `finished` says whether the whole request is done.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = False
+    prompt: str | None = None

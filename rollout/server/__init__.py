@@ -1,0 +1,1 @@
+"""The gRPC rollout server: one engine loop fed by every client (see docs/server.md)."""

@@ -1,0 +1,143 @@
+"""Conversion between rollout.v1 protobuf messages and the engine's Python objects.
+
+Shared by the servicer and the client, so both sides agree on every field; nothing here touches
+gRPC or the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.sampling_params import SamplingParams
+from rollout.server.generated import rollout_pb2 as pb
+
+_FINISH_TO_PB = {
+    "stop": pb.FINISH_REASON_STOP,
+    "length": pb.FINISH_REASON_LENGTH,
+    "abort": pb.FINISH_REASON_ABORT,
+}
+_FINISH_FROM_PB = {v: k for k, v in _FINISH_TO_PB.items()}
+_MODE_TO_PB = {"processed": pb.LOGPROBS_MODE_PROCESSED, "raw": pb.LOGPROBS_MODE_RAW}
+_MODE_FROM_PB = {v: k for k, v in _MODE_TO_PB.items()}
+_OPTIONAL_FIELDS = (
+    "n",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "seed",
+    "logprobs",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What GetServerInfo reports, as Python values."""
+
+    model: str
+    architecture: str
+    dtype: str
+    device: str
+    max_model_len: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    weight_version: int
+    logprobs_modes: tuple[str, ...]
+    block_size: int
+    num_blocks_total: int
+    num_blocks_free: int
+    num_blocks_cached: int
+    max_num_seqs: int
+    has_tokenizer: bool
+    version: str
+
+
+def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
+    message = pb.SamplingParams(
+        stop_token_ids=list(params.stop_token_ids),
+        ignore_eos=params.ignore_eos,
+        logprobs_mode=_MODE_TO_PB[params.logprobs_mode],
+    )
+    for name in _OPTIONAL_FIELDS:
+        value = getattr(params, name)
+        if value is not None:
+            setattr(message, name, value)
+    return message
+
+
+def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
+    """Unset fields take SamplingParams defaults; raises ValueError naming the field."""
+    kwargs: dict[str, object] = {n: getattr(message, n) for n in _OPTIONAL_FIELDS if message.HasField(n)}
+    if message.logprobs_mode != pb.LOGPROBS_MODE_UNSPECIFIED:
+        if message.logprobs_mode not in _MODE_FROM_PB:
+            raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
+        kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
+    return SamplingParams(
+        **kwargs, stop_token_ids=tuple(message.stop_token_ids), ignore_eos=message.ignore_eos
+    )
+
+
+def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
+    message = pb.Sample(
+        index=sample.index,
+        token_ids=sample.token_ids,
+        logprobs=sample.logprobs or [],
+        finish_reason=_FINISH_TO_PB[sample.finish_reason],
+        weight_version=sample.weight_version,
+    )
+    for position in sample.top_logprobs or []:
+        entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
+        message.top_logprobs.append(pb.TopLogprobs(entries=entries))
+    if sample.text is not None:
+        message.text = sample.text
+    return message
+
+
+def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) -> CompletionOutput:
+    """`logprobs`/`top_logprobs` say whether they were requested (empty lists are then real values)."""
+    return CompletionOutput(
+        index=message.index,
+        token_ids=list(message.token_ids),
+        logprobs=list(message.logprobs) if logprobs else None,
+        top_logprobs=[{e.token_id: e.logprob for e in p.entries} for p in message.top_logprobs]
+        if top_logprobs
+        else None,
+        finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
+        weight_version=message.weight_version,
+        text=message.text if message.HasField("text") else None,
+    )
+
+
+def result_to_proto(output: RequestOutput) -> pb.PromptResult:
+    samples = [sample_to_proto(s) for s in output.outputs]
+    return pb.PromptResult(
+        request_id=output.request_id, prompt_token_ids=output.prompt_token_ids, samples=samples
+    )
+
+
+def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
+    return ServerInfo(
+        model=message.model,
+        architecture=message.architecture,
+        dtype=message.dtype,
+        device=message.device,
+        max_model_len=message.max_model_len,
+        vocab_size=message.vocab_size,
+        eos_token_ids=tuple(message.eos_token_ids),
+        weight_version=message.weight_version,
+        logprobs_modes=tuple(_MODE_FROM_PB[m] for m in message.logprobs_modes if m in _MODE_FROM_PB),
+        block_size=message.block_size,
+        num_blocks_total=message.num_blocks_total,
+        num_blocks_free=message.num_blocks_free,
+        num_blocks_cached=message.num_blocks_cached,
+        max_num_seqs=message.max_num_seqs,
+        has_tokenizer=message.has_tokenizer,
+        version=message.version,
+    )
+
+
+def logprobs_modes_proto() -> list[int]:
+    return list(_MODE_TO_PB.values())

@@ -1,0 +1,137 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WeightGroupBackend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEIGHT_GROUP_BACKEND_UNSPECIFIED: _ClassVar[WeightGroupBackend]
+    WEIGHT_GROUP_BACKEND_GLOO: _ClassVar[WeightGroupBackend]
+    WEIGHT_GROUP_BACKEND_NCCL: _ClassVar[WeightGroupBackend]
+WEIGHT_GROUP_BACKEND_UNSPECIFIED: WeightGroupBackend
+WEIGHT_GROUP_BACKEND_GLOO: WeightGroupBackend
+WEIGHT_GROUP_BACKEND_NCCL: WeightGroupBackend
+
+class TensorSpec(_message.Message):
+    __slots__ = ("name", "shape", "dtype")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class WeightManifest(_message.Message):
+    __slots__ = ("tensors",)
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+
+class CommitOptions(_message.Message):
+    __slots__ = ("version", "abort_running")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    abort_running: bool
+    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ...) -> None: ...
+
+class WeightUpdateHeader(_message.Message):
+    __slots__ = ("manifest", "options")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    manifest: WeightManifest
+    options: CommitOptions
+    def __init__(self, manifest: _Optional[_Union[WeightManifest, _Mapping]] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ...) -> None: ...
+
+class WeightChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UpdateWeightsRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: WeightUpdateHeader
+    chunk: WeightChunk
+    def __init__(self, header: _Optional[_Union[WeightUpdateHeader, _Mapping]] = ..., chunk: _Optional[_Union[WeightChunk, _Mapping]] = ...) -> None: ...
+
+class UpdateWeightsResponse(_message.Message):
+    __slots__ = ("weight_version", "num_tensors", "num_bytes")
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    weight_version: int
+    num_tensors: int
+    num_bytes: int
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...
+
+class InitWeightGroupRequest(_message.Message):
+    __slots__ = ("master_addr", "master_port", "world_size", "rank", "backend", "timeout_s")
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    master_addr: str
+    master_port: int
+    world_size: int
+    rank: int
+    backend: WeightGroupBackend
+    timeout_s: float
+    def __init__(self, master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., backend: _Optional[_Union[WeightGroupBackend, str]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class InitWeightGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UpdateWeightsFromGroupRequest(_message.Message):
+    __slots__ = ("manifest", "options", "update_id", "bucket_bytes")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    manifest: WeightManifest
+    options: CommitOptions
+    update_id: str
+    bucket_bytes: int
+    def __init__(self, manifest: _Optional[_Union[WeightManifest, _Mapping]] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ..., update_id: _Optional[str] = ..., bucket_bytes: _Optional[int] = ...) -> None: ...
+
+class UpdateWeightsFromGroupResponse(_message.Message):
+    __slots__ = ("weight_version",)
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    weight_version: int
+    def __init__(self, weight_version: _Optional[int] = ...) -> None: ...
+
+class UpdateWeightsFromDiskRequest(_message.Message):
+    __slots__ = ("path", "options")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    options: CommitOptions
+    def __init__(self, path: _Optional[str] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ...) -> None: ...
+
+class UpdateWeightsFromDiskResponse(_message.Message):
+    __slots__ = ("weight_version", "num_tensors")
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    weight_version: int
+    num_tensors: int
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ...) -> None: ...
+
+class CloseWeightGroupRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CloseWeightGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

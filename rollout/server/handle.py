@@ -1,0 +1,97 @@
+"""RequestHandle: how an RPC thread reads the finished samples of the requests it submitted.
+
+The loop thread puts `LoopEvent`s on the handle's queue; the caller iterates them, or waits for the
+whole result. `cancel()` (client gone) detaches the caller; the loop aborts a request once no caller
+is attached, so a retry that attached meanwhile keeps it alive.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from rollout.server.engine_loop import EngineLoop
+
+
+class HandleCancelledError(Exception):
+    """The handle was cancelled while its caller was waiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One prompt to generate; `request_id` is also the idempotency key."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    prompt: str | None = None
+
+
+@dataclass(slots=True)
+class LoopEvent:
+    """Samples of one request that finished since the last event; `finished` once all n are out."""
+
+    request_id: str
+    samples: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = False
+    error: Exception | None = None
+
+
+class RequestHandle:
+    """The requests of one submit call; iterate for events as samples finish, or call `result()`."""
+
+    def __init__(self, loop: EngineLoop, submissions: list[Submission], sink: queue.SimpleQueue[LoopEvent]):
+        self.loop = loop
+        self.submissions = {s.request_id: s for s in submissions}
+        self.request_ids = [s.request_id for s in submissions]
+        self._sink = sink
+        self._unfinished = set(self.request_ids)
+        self._cancelled = False
+
+    @property
+    def done(self) -> bool:
+        return not self._unfinished
+
+    def __iter__(self) -> Iterator[LoopEvent]:
+        while self._unfinished:
+            yield self.next_event()
+
+    def next_event(self, timeout: float | None = None) -> LoopEvent:
+        """The next event; raises the request's LoopError if it failed, queue.Empty on timeout."""
+        event = self._sink.get(timeout=timeout)
+        if self._cancelled:
+            raise HandleCancelledError("the request handle was cancelled")
+        if event.finished:
+            self._unfinished.discard(event.request_id)
+        if event.error is not None:
+            self.cancel()
+            raise event.error
+        return event
+
+    def result(self, timeout: float | None = None) -> list[RequestOutput]:
+        """Waits for every request; RequestOutputs in submit order, samples in index order."""
+        samples: dict[str, list[CompletionOutput]] = {r: [] for r in self.request_ids}
+        while self._unfinished:
+            event = self.next_event(timeout)
+            samples[event.request_id].extend(event.samples)
+        return [self._output(r, s) for r, s in samples.items()]
+
+    def _output(self, request_id: str, samples: list[CompletionOutput]) -> RequestOutput:
+        sub = self.submissions[request_id]
+        samples.sort(key=lambda c: c.index)
+        return RequestOutput(request_id, list(sub.prompt_token_ids), samples, True, sub.prompt)
+
+    def cancel(self) -> None:
+        """Detaches from every unfinished request (they are aborted if nobody else waits on them)."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        for request_id in list(self._unfinished):
+            self.loop.detach(request_id, self._sink)
+        self._sink.put(LoopEvent(""))  # wakes a caller blocked in next_event

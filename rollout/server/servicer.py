@@ -1,0 +1,195 @@
+"""RolloutServicer: the rollout.v1 RPCs; converts protobuf to engine objects and back, nothing more.
+
+Every RPC goes through the EngineLoop, so concurrent clients share engine steps. Errors map to
+status codes that mean what they say (see `_STATUS`); a bad request never reaches the engine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import grpc
+
+import rollout
+from rollout.server import convert
+from rollout.server.engine_loop import (
+    EngineLoop,
+    EngineStepError,
+    NotAcceptingError,
+    QueueFullError,
+    RequestConflictError,
+)
+from rollout.server.generated import rollout_pb2 as pb
+from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
+from rollout.server.metrics import Metrics
+from rollout.server.prompts import NoChatTemplateError, tokenize_chat, tokenize_text
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+
+# Most specific first: NoChatTemplateError is a ValueError.
+_STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (NoChatTemplateError, grpc.StatusCode.FAILED_PRECONDITION),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (QueueFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (NotAcceptingError, grpc.StatusCode.UNAVAILABLE),
+    (RequestConflictError, grpc.StatusCode.ALREADY_EXISTS),
+    (EngineStepError, grpc.StatusCode.INTERNAL),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+)
+
+
+def abort_with(context: grpc.ServicerContext, exc: Exception) -> None:
+    """Ends the RPC with the status code of `exc`; re-raises anything unexpected (INTERNAL)."""
+    for kind, code in _STATUS:
+        if isinstance(exc, kind):
+            context.abort(code, str(exc))
+    raise exc
+
+
+class RolloutServicer(pb_grpc.RolloutServiceServicer):
+    def __init__(self, loop: EngineLoop, metrics: Metrics):
+        self.loop = loop
+        self.metrics = metrics
+
+    def Generate(
+        self, request: pb.GenerateRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.GenerateResponse]:
+        handle = self._submit(request, context)
+        context.add_callback(handle.cancel)  # fires on cancel, disconnect, deadline and normal end
+        index = {r: i for i, r in enumerate(handle.request_ids)}
+        sent_prompt: set[str] = set()
+        n = handle.submissions[handle.request_ids[0]].params.n
+        try:
+            for event in handle:
+                for sample in event.samples:
+                    first = event.request_id not in sent_prompt
+                    sent_prompt.add(event.request_id)
+                    sub = handle.submissions[event.request_id]
+                    yield pb.GenerateResponse(
+                        request_id=event.request_id,
+                        prompt_index=index[event.request_id],
+                        sample=convert.sample_to_proto(sample),
+                        prompt_token_ids=sub.prompt_token_ids if first else [],
+                        num_samples=n,
+                    )
+        except HandleCancelledError:
+            return
+        except Exception as exc:
+            abort_with(context, exc)
+
+    def GenerateBatch(
+        self, request: pb.GenerateBatchRequest, context: grpc.ServicerContext
+    ) -> pb.GenerateBatchResponse:
+        handle = self._submit(request, context)
+        context.add_callback(handle.cancel)
+        try:
+            outputs = handle.result()
+        except HandleCancelledError:
+            context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
+        except Exception as exc:
+            abort_with(context, exc)
+        return pb.GenerateBatchResponse(results=[convert.result_to_proto(o) for o in outputs])
+
+    def _submit(
+        self, request: pb.GenerateRequest | pb.GenerateBatchRequest, context: grpc.ServicerContext
+    ) -> RequestHandle:
+        try:
+            return self.loop.submit(self._submissions(request))
+        except Exception as exc:
+            abort_with(context, exc)
+            raise  # unreachable: abort_with always raises
+
+    def _submissions(self, request: pb.GenerateRequest | pb.GenerateBatchRequest) -> list[Submission]:
+        if not request.prompts:
+            raise ValueError("prompts: at least one prompt is required")
+        try:
+            params = convert.params_from_proto(request.params)
+        except ValueError as exc:
+            raise ValueError(f"params: {exc}") from None
+        base_id = request.request_id or uuid.uuid4().hex
+        subs = []
+        for i, prompt in enumerate(request.prompts):
+            try:
+                ids, text = self._prompt_ids(prompt)
+                self.loop.engine.validate_request(ids, params)
+            except ValueError as exc:
+                raise type(exc)(f"prompts[{i}]: {exc}") from None
+            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text))
+        return subs
+
+    def _prompt_ids(self, prompt: pb.Prompt) -> tuple[list[int], str | None]:
+        tokenizer = self.loop.engine.tokenizer
+        kind = prompt.WhichOneof("prompt")
+        if kind == "token_ids":
+            return list(prompt.token_ids.ids), None
+        if kind == "text":
+            if not prompt.text:
+                raise ValueError("text: the prompt is empty")
+            return tokenize_text(tokenizer, prompt.text), prompt.text
+        if kind == "chat":
+            messages = [{"role": m.role, "content": m.content} for m in prompt.chat.messages]
+            if not messages:
+                raise ValueError("chat: no messages")
+            return tokenize_chat(tokenizer, messages)
+        raise ValueError("prompt: empty; set token_ids, text or chat")
+
+    def GetServerInfo(
+        self, request: pb.GetServerInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetServerInfoResponse:
+        engine, stats = self.loop.engine, self.loop.stats()
+        info = engine.model_info
+        return pb.GetServerInfoResponse(
+            model=info.name,
+            architecture=info.architecture,
+            dtype=info.dtype,
+            device=info.device,
+            max_model_len=info.max_model_len,
+            vocab_size=info.vocab_size,
+            eos_token_ids=list(info.eos_token_ids),
+            weight_version=int(stats["weight_version"]),
+            logprobs_modes=convert.logprobs_modes_proto(),
+            block_size=info.block_size,
+            num_blocks_total=int(stats["num_blocks_total"]),
+            num_blocks_free=int(stats["num_blocks_free"]),
+            num_blocks_cached=int(stats["num_blocks_cached"]),
+            max_num_seqs=engine.config.max_num_seqs,
+            has_tokenizer=engine.tokenizer is not None,
+            version=rollout.__version__,
+        )
+
+    def ResetPrefixCache(
+        self, request: pb.ResetPrefixCacheRequest, context: grpc.ServicerContext
+    ) -> pb.ResetPrefixCacheResponse:
+        self._control(context, lambda: self.loop.call(lambda engine: engine.reset_prefix_cache()))
+        return pb.ResetPrefixCacheResponse()
+
+    def Abort(self, request: pb.AbortRequest, context: grpc.ServicerContext) -> pb.AbortResponse:
+        return pb.AbortResponse(found=self.loop.abort(request.request_id))
+
+    def Pause(self, request: pb.PauseRequest, context: grpc.ServicerContext) -> pb.PauseResponse:
+        timeout = _deadline_seconds(context)
+        self._control(context, lambda: self.loop.pause(request.abort_running, timeout=timeout))
+        return pb.PauseResponse()
+
+    def Resume(self, request: pb.ResumeRequest, context: grpc.ServicerContext) -> pb.ResumeResponse:
+        self.loop.resume()
+        return pb.ResumeResponse()
+
+    def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.ServicerContext
+    ) -> pb.GetMetricsResponse:
+        return pb.GetMetricsResponse(prometheus_text=self.metrics.render())
+
+    def _control(self, context: grpc.ServicerContext, action) -> None:
+        try:
+            action()
+        except Exception as exc:
+            abort_with(context, exc)
+
+
+def _deadline_seconds(context: grpc.ServicerContext) -> float | None:
+    """Seconds left before the client's deadline; None when the call has none (gRPC reports ~inf)."""
+    remaining = context.time_remaining()
+    return None if remaining is None or remaining > 1e6 else remaining

@@ -1,0 +1,315 @@
+"""Trainer side of weight updates: push a model's weights to every server of a client.
+
+`WeightPusher` holds what lives across updates (the torch.distributed group) and talks to each
+server over its own channel, all servers at once; `push_weights` is the entry point the client's
+`update_weights` uses. A server that fails is named by address in `WeightSyncError`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import torch
+from torch import nn
+
+from rollout.server.generated import weights_pb2, weights_pb2_grpc
+from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, pack, plan_buckets
+from rollout.weights.disk import save_checkpoint
+from rollout.weights.group import READY_OK, GroupSpec, WeightGroup, host_store
+from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
+from rollout.weights.streaming import DEFAULT_CHUNK_BYTES, iter_byte_chunks
+from rollout.weights.wire import DEFAULT_GROUP_TIMEOUT_S, backend_to_proto, commit_options, manifest_to_proto
+
+TRANSPORTS = ("grpc", "distributed", "disk")
+Metadata = Sequence[tuple[str, str]]
+
+
+class WeightSyncError(RuntimeError):
+    """Some servers did not take the update; `failures` maps each one's address to why."""
+
+    def __init__(self, failures: Mapping[str, str], versions: Mapping[str, int] | None = None) -> None:
+        self.failures = dict(failures)
+        self.versions = dict(versions or {})
+        lines = [f"{address}: {why}" for address, why in self.failures.items()]
+        done = f"; updated: {self.versions}" if self.versions else ""
+        super().__init__(
+            f"weight update failed on {len(self.failures)} server(s): " + "; ".join(lines) + done
+        )
+
+
+class WeightPusher:
+    """Pushes weights to the servers behind `channels` ({address: channel}); one per client."""
+
+    def __init__(self, channels: Mapping[str, grpc.Channel], metadata: Metadata | None = None) -> None:
+        if not channels:
+            raise ValueError("channels: at least one server is needed")
+        self._stubs = {
+            address: weights_pb2_grpc.WeightSyncServiceStub(ch) for address, ch in channels.items()
+        }
+        self._metadata = tuple(metadata or ())
+        self._group: WeightGroup | None = None
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._stubs)
+
+    def push(
+        self,
+        model_or_named_tensors: nn.Module | NamedTensors | None,
+        transport: str = "grpc",
+        version: int | None = None,
+        abort_running: bool = False,
+        **kwargs: Any,
+    ) -> int:
+        """Updates every server; returns the version now serving (the highest, if they differ)."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        named = None if model_or_named_tensors is None else _named(model_or_named_tensors)
+        if named is None and transport != "disk":
+            raise ValueError("model_or_named_tensors: required for the grpc and distributed transports")
+        options = commit_options(version, abort_running)
+        if transport == "grpc":
+            return self.push_grpc(named, options, **kwargs)
+        if transport == "distributed":
+            return self.push_distributed(named, options, **kwargs)
+        return self.push_disk(named, options, **kwargs)
+
+    # ---- grpc -----------------------------------------------------------------------------------
+
+    def push_grpc(
+        self,
+        named: list[tuple[str, torch.Tensor]],
+        options: weights_pb2.CommitOptions,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Streams the tensors to each server in chunks of at most `chunk_bytes`."""
+        header = weights_pb2.WeightUpdateHeader(
+            manifest=manifest_to_proto(Manifest.of(named)), options=options
+        )
+
+        def push_one(address: str) -> int:
+            requests = stream_requests(header, named, chunk_bytes)
+            call = self._stubs[address].UpdateWeights
+            return call(requests, timeout=timeout_s, metadata=self._metadata).weight_version
+
+        return _on_every_server(self.addresses, push_one)
+
+    # ---- disk ---------------------------------------------------------------------------------
+
+    def push_disk(
+        self,
+        named: list[tuple[str, torch.Tensor]] | None,
+        options: weights_pb2.CommitOptions,
+        path: str | os.PathLike | None = None,
+        server_path: str | None = None,
+        max_shard_bytes: int | None = None,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Writes a checkpoint to `path` (when tensors are given), then has every server load it.
+
+        `server_path` is where the servers see that directory, when it differs from `path`.
+        """
+        if path is None:
+            raise ValueError("path: the disk transport needs a checkpoint directory")
+        if named is not None:
+            save_checkpoint(named, path, max_shard_bytes)
+        request = weights_pb2.UpdateWeightsFromDiskRequest(path=str(server_path or path), options=options)
+
+        def push_one(address: str) -> int:
+            call = self._stubs[address].UpdateWeightsFromDisk
+            return call(request, timeout=timeout_s, metadata=self._metadata).weight_version
+
+        return _on_every_server(self.addresses, push_one)
+
+    # ---- torch.distributed ----------------------------------------------------------------------
+
+    def init_group(
+        self,
+        master_addr: str = "127.0.0.1",
+        master_port: int = 0,
+        backend: str = "gloo",
+        timeout_s: float = DEFAULT_GROUP_TIMEOUT_S,
+        device: torch.device | None = None,
+    ) -> None:
+        """Creates the broadcast group: this process is rank 0 and hosts the store at master_addr.
+
+        `master_addr` must be this machine's address as the servers reach it; port 0 picks a free one.
+        Servers get ranks 1..N in address order.
+        """
+        self.close_group()
+        world_size = len(self._stubs) + 1
+        store = host_store(master_addr, master_port, world_size, timeout_s)
+        spec = GroupSpec(master_addr, store.port, world_size, 0, backend, timeout_s)
+        futures = {
+            address: self._init_future(address, spec, rank) for rank, address in enumerate(self.addresses, 1)
+        }
+        try:
+            group = WeightGroup(spec, store, device)
+        except Exception as err:
+            raise WeightSyncError(_future_failures(futures) or dict.fromkeys(futures, str(err))) from err
+        failures = _future_failures(futures, wait=True)
+        if failures:
+            group.close()
+            raise WeightSyncError(failures)
+        self._group = group
+
+    def push_distributed(
+        self,
+        named: list[tuple[str, torch.Tensor]],
+        options: weights_pb2.CommitOptions,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        **group_kwargs: Any,
+    ) -> int:
+        """Broadcasts the tensors in packed buckets; sets up the group first if there is none."""
+        if self._group is None:
+            self.init_group(**group_kwargs)
+        group = self._group
+        manifest = Manifest.of(named)
+        update_id = uuid.uuid4().hex
+        request = weights_pb2.UpdateWeightsFromGroupRequest(
+            manifest=manifest_to_proto(manifest),
+            options=options,
+            update_id=update_id,
+            bucket_bytes=bucket_bytes,
+        )
+        futures = {
+            a: self._stubs[a].UpdateWeightsFromGroup.future(request, metadata=self._metadata)
+            for a in self._stubs
+        }
+        refusals, lost = self._await_ready(group, update_id, futures)
+        group.announce(update_id, go=not (refusals or lost))
+        if lost:
+            self.close_group()  # a server left the group (restarted, died): the next push sets up a new one
+        if refusals or lost:
+            raise WeightSyncError({**refusals, **lost})
+        try:
+            tensors = [tensor for _, tensor in named]
+            for bucket in plan_buckets(manifest, bucket_bytes):
+                group.broadcast(pack(bucket, tensors, group.device))
+        except Exception as err:
+            self.close_group()  # a collective that failed midway leaves the group unusable
+            raise WeightSyncError(_future_failures(futures) or dict.fromkeys(futures, str(err))) from err
+        return _raise_on_failures(futures)
+
+    def close_group(self) -> None:
+        """Leaves the broadcast group (servers replace theirs on the next InitWeightGroup)."""
+        group, self._group = self._group, None
+        if group is not None:
+            group.close()
+
+    def _init_future(self, address: str, spec: GroupSpec, rank: int) -> grpc.Future:
+        request = weights_pb2.InitWeightGroupRequest(
+            master_addr=spec.master_addr,
+            master_port=spec.master_port,
+            world_size=spec.world_size,
+            rank=rank,
+            backend=backend_to_proto(spec.backend),
+            timeout_s=spec.timeout_s,
+        )
+        return self._stubs[address].InitWeightGroup.future(request, metadata=self._metadata)
+
+    def _await_ready(
+        self, group: WeightGroup, update_id: str, futures: dict[str, grpc.Future]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Waits until every server has answered the handshake or failed its RPC.
+
+        Returns ({address: refusal} from servers that answered no, {address: error} from servers
+        that failed or stayed silent past the deadline).
+        """
+        ranks = dict(enumerate(self.addresses, 1))
+        deadline = time.monotonic() + group.spec.timeout_s
+        while True:
+            answers = {ranks[rank]: answer for rank, answer in group.answers(update_id).items()}
+            lost = _future_failures({a: f for a, f in futures.items() if a not in answers and f.done()})
+            refusals = {a: why for a, why in answers.items() if why != READY_OK}
+            if len(answers) + len(lost) == len(ranks):
+                return refusals, lost
+            if time.monotonic() > deadline:
+                silent = [a for a in self.addresses if a not in answers and a not in lost]
+                return refusals, {
+                    **lost,
+                    **dict.fromkeys(silent, f"no answer within {group.spec.timeout_s}s"),
+                }
+            time.sleep(0.002)
+
+
+def push_weights(
+    client: Any,
+    model_or_named_tensors: nn.Module | NamedTensors | None,
+    transport: str = "grpc",
+    version: int | None = None,
+    **kwargs: Any,
+) -> int:
+    """Updates every server of `client` (a RolloutClient, or a WeightPusher); returns the new version.
+
+    A RolloutClient gets one WeightPusher, kept as `client.weight_pusher`, so the distributed group
+    set up by the first distributed update is reused by the next ones.
+    """
+    return pusher_for(client).push(model_or_named_tensors, transport, version, **kwargs)
+
+
+def pusher_for(client: Any) -> WeightPusher:
+    """The client's WeightPusher, created on first use from its `channels` and `metadata`."""
+    if isinstance(client, WeightPusher):
+        return client
+    pusher = getattr(client, "weight_pusher", None)
+    if pusher is None:
+        pusher = WeightPusher(client.channels, getattr(client, "metadata", ()))
+        client.weight_pusher = pusher
+    return pusher
+
+
+def _named(model_or_named_tensors: nn.Module | NamedTensors) -> list[tuple[str, torch.Tensor]]:
+    source = model_or_named_tensors
+    if isinstance(source, nn.Module):
+        source = source.state_dict()
+    return unique_named_tensors(source)
+
+
+def stream_requests(
+    header: weights_pb2.WeightUpdateHeader, named: list[tuple[str, torch.Tensor]], chunk_bytes: int
+):
+    yield weights_pb2.UpdateWeightsRequest(header=header)
+    for offset, data in iter_byte_chunks((tensor for _, tensor in named), chunk_bytes):
+        yield weights_pb2.UpdateWeightsRequest(chunk=weights_pb2.WeightChunk(offset=offset, data=data))
+
+
+def _on_every_server(addresses: list[str], push_one: Callable[[str], int]) -> int:
+    """Runs `push_one` for every server concurrently; raises naming each failed server."""
+    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+        futures = {address: pool.submit(push_one, address) for address in addresses}
+    return _raise_on_failures(futures)
+
+
+def _raise_on_failures(futures: Mapping[str, Any]) -> int:
+    """Waits for every server; raises naming the failed ones, else returns the highest version."""
+    failures = _future_failures(futures, wait=True)
+    results = {a: f.result() for a, f in futures.items() if a not in failures}
+    versions = {a: getattr(r, "weight_version", r) for a, r in results.items()}
+    if failures:
+        raise WeightSyncError(failures, versions)
+    return max(versions.values())
+
+
+def _future_failures(futures: Mapping[str, Any], wait: bool = False) -> dict[str, str]:
+    failures = {}
+    for address, future in futures.items():
+        if not wait and not future.done():
+            continue
+        error = future.exception()
+        if error is not None:
+            failures[address] = _describe(error)
+    return failures
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
+        return f"{error.code().name}: {error.details()}"
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,100 @@
+"""Builders for tests: tiny Hugging Face models from configs with fixed seeds, and engines over them.
+
+Each call builds a fresh config object, since the engine switches its model's attention
+implementation in the config and a reference model must not share it.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from rollout import LLM, EngineConfig
+
+VOCAB = 128
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gpt2")
+
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def tiny_config(arch: str = "llama", **overrides: object):
+    if arch == "llama":
+        return LlamaConfig(**{**_COMMON, **overrides})
+    if arch == "qwen2":
+        return Qwen2Config(**{**_COMMON, **overrides})
+    if arch == "qwen3":
+        return Qwen3Config(**{**_COMMON, "head_dim": 16, **overrides})
+    if arch == "mistral":
+        return MistralConfig(**{**_COMMON, "sliding_window": None, **overrides})
+    if arch == "gpt2":
+        gpt2 = dict(
+            vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=512, bos_token_id=1, eos_token_id=2
+        )
+        return GPT2Config(**{**gpt2, **overrides})
+    raise ValueError(f"unknown architecture {arch!r}")
+
+
+_CLASSES = {
+    "llama": LlamaForCausalLM,
+    "qwen2": Qwen2ForCausalLM,
+    "qwen3": Qwen3ForCausalLM,
+    "mistral": MistralForCausalLM,
+    "gpt2": GPT2LMHeadModel,
+}
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, **overrides: object) -> PreTrainedModel:
+    """A randomly initialized fp32 model; the same (arch, seed, overrides) gives the same weights."""
+    torch.manual_seed(seed)
+    model = _CLASSES[arch](tiny_config(arch, **overrides)).eval()
+    # random init gives near-uniform logits; a larger output scale makes greedy choices unambiguous
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model
+
+
+def reference_copy(model: PreTrainedModel) -> PreTrainedModel:
+    """An independent model with the same weights, for transformers' own generate/forward."""
+    arch = next(a for a, cls in _CLASSES.items() if isinstance(model, cls))
+    overrides = {k: v for k, v in model.config.to_diff_dict().items() if k in model.config.to_dict()}
+    clone = _CLASSES[arch](type(model.config).from_dict(overrides)).eval()
+    clone.load_state_dict(model.state_dict())
+    clone.set_attn_implementation("eager")
+    return clone
+
+
+def tiny_llm(
+    arch: str = "llama", seed: int = 0, model_overrides: dict | None = None, **config: object
+) -> LLM:
+    config.setdefault("num_blocks", 256)
+    return LLM(model=tiny_model(arch, seed, **(model_overrides or {})), config=EngineConfig(**config))
+
+
+def random_prompts(count: int, min_len: int, max_len: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (count,), generator=g).tolist()
+    # ids 3.. avoid bos/eos/pad so prompts never contain a stop token
+    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in lengths]

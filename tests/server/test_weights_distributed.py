@@ -1,0 +1,82 @@
+"""The torch.distributed transport: a trainer (this process) and two server processes on gloo."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from rollout.client import RolloutClient
+from rollout.weights.client_push import WeightSyncError
+from tests.builders import tiny_model
+from tests.weights.server_builders import greedy_tokens, reference_tokens
+
+# A server process: tiny engine (seed 0) with the WeightSyncService; prints its address, serves
+# until its stdin closes.
+SERVER = textwrap.dedent(
+    """
+    import sys
+    from tests.weights.server_builders import weight_server
+
+    with weight_server(seed=0) as server:
+        print(server.address, flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+@contextmanager
+def server_processes(count: int) -> Iterator[list[subprocess.Popen]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+def addresses_of(procs: list[subprocess.Popen]) -> list[str]:
+    return [proc.stdout.readline().strip() for proc in procs]
+
+
+@pytest.mark.slow
+def test_trainer_updates_two_server_processes_several_times_over_one_group() -> None:
+    with server_processes(2) as procs, RolloutClient(addresses_of(procs)) as client:
+        groups = set()
+        for version, seed in enumerate((1, 2, 0), start=1):
+            new = tiny_model(seed=seed)
+            assert client.update_weights(new, "distributed", bucket_bytes=64_000, timeout_s=60) == version
+            groups.add(id(client.weight_pusher._group))
+            for address in client.addresses:
+                with RolloutClient(address) as one:
+                    assert greedy_tokens(one) == reference_tokens(seed), (address, version)
+        assert len(groups) == 1  # set up once, reused
+
+
+@pytest.mark.slow
+def test_a_dead_server_is_named_and_the_live_one_keeps_its_weights() -> None:
+    with server_processes(2) as procs, RolloutClient(addresses_of(procs)) as client:
+        assert client.update_weights(tiny_model(seed=1), "distributed", timeout_s=60) == 1
+        dead, live = client.addresses
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].wait()
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(tiny_model(seed=2), "distributed")
+        assert dead in info.value.failures
+        with RolloutClient(live) as one:
+            assert greedy_tokens(one) == reference_tokens(1)

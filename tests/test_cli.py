@@ -1,0 +1,114 @@
+"""`rollout generate`: JSONL round trip in-process and against a server; bad lines named, none lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from rollout.cli import main
+from rollout.engine.llm_engine import LLMEngine
+from tests.builders import tiny_model
+from tests.server.server_builders import serving
+
+CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+
+
+def save_model(path: Path, chat_template: str | None = None) -> Path:
+    """A tiny model plus a character-level tokenizer (ids 3.. are characters) in `path`."""
+    tiny_model("llama").save_pretrained(path)
+    chars = "abcdefghijklmnopqrstuvwxyz <>/"
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+    tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def write_lines(path: Path, lines: list[object]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def run_generate(tmp: Path, src: Path, *extra: str) -> tuple[int, list[dict]]:
+    out = tmp / "out.jsonl"
+    code = main(
+        ["generate", "-i", str(src), "-o", str(out), "--max-tokens", "5", "--temperature", "0", *extra]
+    )
+    return code, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+LINES = [
+    {"prompt_token_ids": [5, 6, 7], "id": "a"},
+    {"prompt": "hello world"},
+    "{not json",
+    {"prompt_token_ids": [5, 999]},
+    {"prompt_token_ids": [8, 9], "sampling_params": {"n": 2, "logprobs": 1}},
+    {"prompt_token_ids": [8], "sampling_params": {"n": 0}},
+]
+
+
+def test_generate_jsonl_in_process_names_bad_lines_and_keeps_the_rest(tmp_path: Path, capsys) -> None:
+    model = save_model(tmp_path / "model")
+    code, records = run_generate(tmp_path, write_lines(tmp_path / "in.jsonl", LINES), "--model", str(model))
+    errors = capsys.readouterr().err
+    assert code == 1
+    assert [r["line"] for r in records] == [1, 2, 5]
+    assert records[0]["id"] == "a" and records[0]["prompt_token_ids"] == [5, 6, 7]
+    assert len(records[2]["samples"]) == 2 and len(records[2]["samples"][1]["logprobs"]) == 5
+    assert all(
+        s["finish_reason"] in ("stop", "length") and s["weight_version"] == 0
+        for r in records
+        for s in r["samples"]
+    )
+    assert isinstance(records[1]["samples"][0]["text"], str)
+    assert "line 3: invalid JSON" in errors
+    assert "line 4:" in errors and "prompt_token_ids" in errors
+    assert "line 6: sampling_params.n must be >= 1" in errors
+
+
+def test_generate_against_a_server_matches_in_process(tmp_path: Path) -> None:
+    model = save_model(tmp_path / "model")
+    src = write_lines(tmp_path / "in.jsonl", [LINES[0], LINES[1], LINES[4]])
+    _, local = run_generate(tmp_path, src, "--model", str(model))
+    with serving(LLMEngine.from_pretrained(model)) as server:
+        code, remote = run_generate(tmp_path, src, "--server", server.address)
+    assert code == 0
+    strip = [{k: v for k, v in r.items() if k != "request_id"} for r in local]
+    assert [{k: v for k, v in r.items() if k != "request_id"} for r in remote] == strip
+
+
+def test_chat_messages_use_the_chat_template(tmp_path: Path) -> None:
+    model = save_model(tmp_path / "model", CHAT_TEMPLATE)
+    src = write_lines(tmp_path / "in.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}])
+    code, records = run_generate(tmp_path, src, "--model", str(model))
+    assert code == 0
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
+    assert (
+        records[0]["prompt_token_ids"]
+        == tokenizer("<user>hi<assistant>", add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_chat_messages_without_a_chat_template_are_a_clear_line_error(tmp_path: Path, capsys) -> None:
+    model = save_model(tmp_path / "model")
+    src = write_lines(tmp_path / "in.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}, LINES[0]])
+    code, records = run_generate(tmp_path, src, "--model", str(model))
+    assert code == 1 and [r["line"] for r in records] == [2]
+    assert "line 1: messages: the tokenizer has no chat template" in capsys.readouterr().err
+
+
+def test_missing_default_model_is_a_clear_error(tmp_path: Path) -> None:
+    src = write_lines(tmp_path / "in.jsonl", [LINES[0]])
+    try:
+        from rollout.assets import default_model_path  # noqa: F401
+    except ImportError:
+        with pytest.raises(SystemExit, match="--model"):
+            run_generate(tmp_path, src)
+    else:
+        pytest.skip("the embedded default model is available")

@@ -1,0 +1,86 @@
+"""RolloutClient: several servers, idempotent retries, deadlines, readiness and control calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from rollout import SamplingParams
+from rollout.client import RolloutClient
+from tests.builders import random_prompts, tiny_llm
+from tests.server.server_builders import serving
+
+GREEDY = SamplingParams(n=2, max_tokens=6, temperature=0.0)
+
+
+def test_several_servers_share_the_prompts_and_results_keep_prompt_order() -> None:
+    prompts = random_prompts(7, 2, 30, seed=3)
+    expected = [o.outputs for o in tiny_llm(max_num_seqs=64).generate(prompts, GREEDY)]
+    with serving() as a, serving() as b, RolloutClient([a.address, b.address]) as client:
+        outputs = client.generate(prompts, GREEDY)
+        served = [s.loop.counters["accepted"] for s in (a, b)]
+    assert [o.outputs for o in outputs] == expected
+    assert [o.prompt_token_ids for o in outputs] == prompts
+    assert served == [4, 3]  # round robin; each prompt's n samples stayed on one server
+
+
+def test_reusing_a_request_id_prefix_returns_the_first_results_without_generating() -> None:
+    sampled = SamplingParams(n=3, max_tokens=8, temperature=1.0)
+    with serving() as server, RolloutClient(server.address) as client:
+        first = client.generate([[5, 6, 7]], sampled, request_id_prefix="step-1")
+        tokens = server.loop.stats()["num_generated_tokens"]
+        again = client.generate([[5, 6, 7]], sampled, request_id_prefix="step-1")
+        assert server.loop.stats()["num_generated_tokens"] == tokens
+    assert again[0].outputs == first[0].outputs and again[0].request_id == "step-1-0"
+
+
+def test_unavailable_server_is_retried_until_it_resumes() -> None:
+    with serving() as server, RolloutClient(server.address, max_retries=8) as client:
+        client.pause()
+        threading.Timer(0.3, client.resume).start()
+        out = client.generate([[5, 6]], GREEDY)
+    assert len(out[0].outputs) == 2
+
+
+def test_deadline_exceeded_aborts_the_request_on_the_server() -> None:
+    long = SamplingParams(n=2, max_tokens=450, ignore_eos=True)
+    with serving() as server, RolloutClient(server.address) as client:
+        with pytest.raises(grpc.RpcError) as info:
+            client.generate([list(range(3, 50))], long, timeout=0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 30
+        while server.loop.stats()["num_requests_unfinished"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stats = server.loop.call(lambda e: e.stats())
+    assert stats["num_blocks_free"] == stats["num_blocks_total"]
+
+
+def test_abort_by_request_id_finishes_samples_with_abort() -> None:
+    long = SamplingParams(n=2, max_tokens=450, ignore_eos=True)
+    with serving() as server, RolloutClient(server.address) as client:
+        threading.Timer(0.2, lambda: client.abort("job-0")).start()
+        out = client.generate([[5, 6, 7]], long, request_id_prefix="job")
+        assert not client.abort("job-0")  # finished now
+    assert [c.finish_reason for c in out[0].outputs] == ["abort", "abort"]
+
+
+def test_wait_until_ready_times_out_without_a_server() -> None:
+    with RolloutClient("127.0.0.1:1") as client, pytest.raises(TimeoutError, match="127.0.0.1:1"):
+        client.wait_until_ready(timeout=0.3)
+
+
+def test_reset_prefix_cache_and_server_info_reach_the_server() -> None:
+    with serving() as server, RolloutClient(server.address) as client:
+        client.wait_until_ready(timeout=10)
+        client.generate([list(range(3, 40))], GREEDY)
+        assert client.server_info().num_blocks_cached > 0
+        client.reset_prefix_cache()
+        assert client.server_info().num_blocks_cached == 0
+
+
+def test_prompts_of_the_wrong_shape_are_refused_before_any_call() -> None:
+    with RolloutClient("127.0.0.1:1") as client, pytest.raises(ValueError, match=r"prompts\[1\]"):
+        client.generate([[5], [1.5]], GREEDY)

@@ -1,0 +1,135 @@
+"""RolloutGRPOTrainer's backend against an in-process client: layout, pushes, restarts, settings.
+
+`LocalClient` answers like `RolloutClient` from an offline `rollout.LLM`, so these run in seconds;
+test_trl_grpo.py repeats the end-to-end properties against a real server process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("trl")
+
+from trl import GRPOConfig  # noqa: E402
+from trl_builders import length_reward, make_dataset, make_model, make_tokenizer  # noqa: E402
+
+from rollout import LLM  # noqa: E402
+from rollout.outputs import CompletionOutput, RequestOutput  # noqa: E402
+from rollout.sampling_params import SamplingParams  # noqa: E402
+from trainer_plugins.trl import RolloutBatch, RolloutConfig, RolloutGRPOTrainer, server_checks  # noqa: E402
+
+
+class LocalClient:
+    """RolloutClient's surface over an in-process LLM; `restart()` forgets pushed weights."""
+
+    def __init__(self, target: str | list[str], token: str | None = None) -> None:
+        self.addresses = ["local"]
+        self.tokenizer = make_tokenizer()
+        self.restart()
+        self.calls: list[tuple[int, SamplingParams]] = []
+
+    def restart(self) -> None:
+        self.llm = LLM(model=make_model(self.tokenizer, seed=1), tokenizer=self.tokenizer)
+
+    def wait_until_ready(self, timeout: float) -> None:
+        return None
+
+    def server_info(self, address: str | None = None) -> SimpleNamespace:
+        info = self.llm.engine.model_info
+        return SimpleNamespace(
+            weight_version=self.llm.weight_version, vocab_size=info.vocab_size, architecture=None
+        )
+
+    def generate(self, prompts: list, params: SamplingParams) -> list[RequestOutput]:
+        self.calls.append((len(prompts), params))
+        return self.llm.generate(prompts, params)
+
+    def update_weights(self, named_tensors: list, transport: str = "grpc") -> int:
+        return self.llm.update_weights(named_tensors)
+
+
+def make_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: object) -> RolloutGRPOTrainer:
+    monkeypatch.setattr(server_checks, "RolloutClient", LocalClient)
+    tokenizer = make_tokenizer()
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        bf16=False,
+        use_cpu=True,
+        **config,
+    )
+    return RolloutGRPOTrainer(
+        make_model(tokenizer), length_reward, args, train_dataset=make_dataset(), processing_class=tokenizer
+    )
+
+
+def sample(index: int, version: int) -> CompletionOutput:
+    return CompletionOutput(index, [index], [-1.0], None, "length", version)
+
+
+def test_batch_keeps_prompt_order_with_a_prompts_samples_consecutive() -> None:
+    outputs = [RequestOutput(f"r{p}", [p], [sample(i + 10 * p, 1) for i in range(2)], True) for p in range(2)]
+    batch = RolloutBatch.of(outputs, n=2, accepted_versions={1})
+    assert batch.prompt_ids == [[0], [1]]
+    assert batch.completion_ids == [[0], [1], [10], [11]]
+    assert not batch.stale
+
+
+def test_batch_is_stale_when_any_sample_has_another_version() -> None:
+    outputs = [RequestOutput("r", [0], [sample(0, 2), sample(1, 1)], True)]
+    assert RolloutBatch.of(outputs, n=2, accepted_versions={2}).stale
+
+
+def test_each_prompt_is_requested_once_with_n_and_grpo_sampling_settings(tmp_path, monkeypatch) -> None:
+    trainer = make_trainer(tmp_path, monkeypatch, temperature=0.7, top_p=0.9, top_k=5, repetition_penalty=1.1)
+    trainer.train()
+    client = trainer.rollout_client
+    rounds = client.calls[1:]  # the first call is the start-up vocabulary probe
+    assert client.llm.weight_version == 3  # one push per round
+    assert [num_prompts for num_prompts, _ in rounds] == [2, 2, 2]  # 8 samples = 2 prompts x n=4
+    params = rounds[0][1]
+    assert (params.n, params.max_tokens, params.temperature, params.top_p, params.top_k) == (
+        4,
+        8,
+        0.7,
+        0.9,
+        5,
+    )
+    assert (params.repetition_penalty, params.logprobs, params.logprobs_mode) == (1.1, 0, "processed")
+
+
+def test_a_server_that_lost_the_weights_gets_them_again_before_generating(tmp_path, monkeypatch) -> None:
+    trainer = make_trainer(tmp_path, monkeypatch)
+    backend = trainer.vllm_generation
+    push, pushes = backend.sync_weights, []
+
+    def push_then_restart() -> None:
+        push()
+        pushes.append(backend.pushed_version)
+        if len(pushes) == 2:
+            backend.client.restart()
+
+    backend.sync_weights = push_then_restart
+    trainer.train()
+    assert pushes == [1, 2, 1, 2]  # the restarted server got push 2 again, then push 3
+    diffs = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]
+    assert max(diffs) < 1e-4  # no round sampled from the restarted server's own weights
+
+
+def test_generation_kwargs_without_a_rollout_equivalent_are_refused(tmp_path, monkeypatch) -> None:
+    with pytest.raises(ValueError, match="presence_penalty"):
+        make_trainer(tmp_path, monkeypatch, generation_kwargs={"presence_penalty": 0.5})
+
+
+def test_config_names_the_bad_field() -> None:
+    with pytest.raises(ValueError, match="transport"):
+        RolloutConfig(transport="carrier-pigeon")

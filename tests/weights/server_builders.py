@@ -1,0 +1,32 @@
+"""Builders for weight-update tests over real gRPC servers on loopback, and reference outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rollout import SamplingParams
+from rollout.server.app import RolloutServer
+from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+from tests.builders import random_prompts, tiny_llm
+from tests.server.server_builders import make_engine, serving
+
+GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+PROMPTS = random_prompts(3, 20, 40, seed=5)
+
+
+@contextmanager
+def weight_server(seed: int = 0, **config: object) -> Iterator[RolloutServer]:
+    """A started server over a tiny engine (model seed `seed`) with the WeightSyncService."""
+    hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[SERVICE_NAME])
+    with serving(make_engine(seed, **config), **hooks) as server:
+        yield server
+
+
+def greedy_tokens(llm_or_client, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:
+    return [out.outputs[0].token_ids for out in llm_or_client.generate(prompts, GREEDY)]
+
+
+def reference_tokens(seed: int, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:
+    """Greedy outputs of a fresh offline engine built with the model of `seed`."""
+    return greedy_tokens(tiny_llm(seed=seed), prompts)

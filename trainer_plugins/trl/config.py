@@ -1,0 +1,45 @@
+"""RolloutConfig: where the rollout server is and how the trainer pushes weights to it.
+
+Kept apart from TRL's `GRPOConfig` so that a GRPO script keeps its config untouched and only
+says where generation happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TRANSPORTS = ("grpc", "distributed", "disk")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Connection and weight-sync settings of `RolloutGRPOTrainer`.
+
+    `server`: one "host:port" or a list of them (every server gets every weight update).
+    `transport`: how weights travel ("grpc" works anywhere; "distributed" needs a reachable
+    torch.distributed rendezvous; "disk" a directory both sides can read).
+    `transport_options`: extra keyword arguments for `RolloutClient.update_weights`
+    (for example the directory of the "disk" transport).
+    `wait_timeout`: seconds to wait for the server at start-up before failing.
+    """
+
+    server: str | list[str] = "127.0.0.1:50051"
+    token: str | None = None
+    transport: str = "grpc"
+    transport_options: dict[str, Any] = field(default_factory=dict)
+    wait_timeout: float = 240.0
+    check_vocabulary: bool = True
+
+    def __post_init__(self) -> None:
+        servers = [self.server] if isinstance(self.server, str) else list(self.server)
+        if not servers or not all(isinstance(s, str) and s for s in servers):
+            raise ValueError(f"server must be 'host:port' or a non-empty list of them, got {self.server!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.wait_timeout <= 0:
+            raise ValueError(f"wait_timeout must be > 0 seconds, got {self.wait_timeout}")
+
+    @property
+    def addresses(self) -> list[str]:
+        return [self.server] if isinstance(self.server, str) else list(self.server)

@@ -1,0 +1,211 @@
+"""RolloutGeneration: TRL's vLLM server-mode backend with the vLLM client swapped for RolloutClient.
+
+GRPOTrainer talks to its generation backend through two calls, `sync_weights()` and
+`generate(prompt_ids, images, num_generations)`, and gates its importance-sampling correction on
+`use_vllm`. Subclassing `VLLMGeneration` keeps TRL's own parameter gathering (DeepSpeed ZeRO-3,
+FSDP1/2, PEFT merge and name normalization) and its gather/broadcast layout across processes;
+only the two calls that reach a server are replaced.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
+from trl.generation.vllm_generation import VLLMGeneration
+
+from rollout.client import RolloutClient
+from rollout.outputs import RequestOutput
+from rollout.sampling_params import SamplingParams
+from rollout.weights.client_push import WeightSyncError
+
+from . import server_checks
+from .config import RolloutConfig
+
+# generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent.
+SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos")
+
+
+class StaleWeightsError(RuntimeError):
+    """The server generated with weights other than the ones the trainer last pushed."""
+
+
+class RolloutGeneration(VLLMGeneration):
+    """Generation and weight sync for GRPOTrainer through a rollout server."""
+
+    def __init__(self, trainer: Any, config: RolloutConfig) -> None:
+        self.rollout_config = config
+        self.eos_token_ids = tuple(int(t) for t in trainer.eos_token_ids if t is not None)
+        self.client: RolloutClient | None = None
+        self.pushed_version: int | None = None
+        self.served_versions: dict[str, int] = {}  # per server address, right after our last push
+        args = trainer.args
+        super().__init__(
+            model=trainer.model,
+            accelerator=trainer.accelerator,
+            processing_class=trainer.processing_class,
+            mode="server",
+            structured_outputs_regex=args.vllm_structured_outputs_regex,
+            repetition_penalty=trainer.repetition_penalty,
+            temperature=trainer.temperature,
+            top_p=trainer.top_p,
+            top_k=trainer.top_k,
+            min_p=trainer.min_p,
+            max_completion_length=trainer.max_completion_length,
+            logprobs=0,
+            generation_kwargs=args.generation_kwargs,
+        )
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def _init_vllm(self) -> None:
+        """Connects (main process only) and checks the server hosts the trainer's model."""
+        self.sampling_params(1)  # fail fast on unsupported generation settings, on every process
+        if self.accelerator.is_main_process:
+            self.client = server_checks.connect(self.rollout_config)
+            server_checks.check_server(self.client, self.model, self.processing_class, self.rollout_config)
+        self.accelerator.wait_for_everyone()
+
+    def sampling_params(self, n: int) -> SamplingParams:
+        """GRPOConfig's sampling settings as rollout SamplingParams (what TRL sends vLLM)."""
+        if self.structured_outputs_regex is not None:
+            raise NotImplementedError(
+                "vllm_structured_outputs_regex (guided decoding) has no rollout equivalent; unset it."
+            )
+        unsupported = sorted(set(self.generation_kwargs) - set(SUPPORTED_GENERATION_KWARGS))
+        if unsupported:
+            raise ValueError(
+                f"generation_kwargs {unsupported} have no rollout equivalent; supported: {SUPPORTED_GENERATION_KWARGS}"
+            )
+        extra = dict(self.generation_kwargs)
+        stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + self.eos_token_ids
+        return SamplingParams(
+            n=n,
+            max_tokens=self.max_completion_length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k or 0,
+            min_p=self.min_p or 0.0,
+            repetition_penalty=self.repetition_penalty,
+            stop_token_ids=tuple(dict.fromkeys(stop_token_ids)),
+            logprobs=0,
+            logprobs_mode="processed",  # what TRL's importance-sampling correction expects
+            **extra,
+        )
+
+    # -- weight sync ----------------------------------------------------------------------------
+
+    def sync_weights(self) -> None:
+        """Pushes the trainer's (gathered, PEFT-merged) weights; every process takes part in the gather."""
+        if not self.accelerator.is_main_process:
+            for _ in self._iter_named_params():  # the gathers are collectives
+                pass
+            return
+        named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
+        try:
+            version = self.client.update_weights(
+                named, transport=self.rollout_config.transport, **self.rollout_config.transport_options
+            )
+        except (ValueError, WeightSyncError) as exc:
+            mismatch = server_checks.as_model_mismatch(exc, self.rollout_config.addresses)
+            if mismatch is None:
+                raise
+            raise mismatch from exc
+        self.pushed_version = int(version)
+        self.served_versions = self._server_versions()
+
+    def _detached(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Merged PEFT values and gathered shards only live inside TRL's iterator: keep a copy.
+        must_copy = is_peft_model(self.model) or self._dist.is_zero3 or self._dist.is_fsdp
+        return tensor.detach().clone() if must_copy else tensor.detach()
+
+    def _server_lost_weights(self) -> bool:
+        """True when the server no longer serves the version this trainer pushed (restart, other writer)."""
+        if self.pushed_version is None:
+            return False
+        server_checks.wait_ready(self.client, self.rollout_config)  # rides out a server restart
+        return self._server_versions() != self.served_versions
+
+    def _server_versions(self) -> dict[str, int]:
+        return {address: self.client.server_info(address).weight_version for address in self.client.addresses}
+
+    # -- generation -----------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        images: list | None,
+        num_generations: int,
+        profiler: AbstractContextManager | None = None,
+    ) -> tuple[list[list[int]], list[list[int]], list[list[list[float]]], None]:
+        """Same contract as VLLMGeneration.generate: this process's slice, samples of a prompt consecutive."""
+        if images is not None and any(image is not None for image in images):
+            raise NotImplementedError("multimodal prompts are not supported by the rollout server")
+        all_prompts = gather_object(prompts)
+        batch = self._generate_fresh(all_prompts[::num_generations], num_generations, profiler)
+        prompt_ids = [ids for ids in batch.prompt_ids for _ in range(num_generations)]
+        start = self.accelerator.process_index * len(prompts)
+        local = slice(start, start + len(prompts))
+        logprobs = [[[lp] for lp in seq] for seq in batch.logprobs[local]]  # vLLM's [token][top-k] layout
+        return prompt_ids[local], batch.completion_ids[local], logprobs, None
+
+    def _generate_fresh(
+        self, unique_prompts: list[list[int]], n: int, profiler: AbstractContextManager | None
+    ) -> RolloutBatch:
+        """Generates with the pushed weights; re-pushes once if the server lost them (e.g. it restarted)."""
+        batch = None
+        for _ in range(2):
+            is_main = self.accelerator.is_main_process
+            if self._broadcast(self._server_lost_weights() if is_main else None):
+                self.sync_weights()
+            batch = self._broadcast(self._request(unique_prompts, n, profiler) if is_main else None)
+            if not batch.stale:
+                return batch
+        raise StaleWeightsError(
+            f"the rollout server generated with weight versions {sorted(set(batch.versions))}, not the pushed "
+            f"version, twice in a row; is another trainer pushing to {', '.join(self.rollout_config.addresses)}?"
+        )
+
+    def _request(
+        self, unique_prompts: list[list[int]], n: int, profiler: AbstractContextManager | None
+    ) -> RolloutBatch:
+        with profiler or nullcontext():
+            outputs = self.client.generate(unique_prompts, self.sampling_params(n))
+        accepted = set(self.served_versions.values()) if self.pushed_version is not None else None
+        return RolloutBatch.of(outputs, n, accepted)
+
+    def _broadcast(self, obj: Any) -> Any:
+        holder = [obj]
+        broadcast_object_list(holder, from_process=0)
+        return holder[0]
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """One round's samples as TRL lays them out: a prompt's n samples consecutive, in prompt order."""
+
+    prompt_ids: list[list[int]]  # one per unique prompt
+    completion_ids: list[list[int]]  # one per sample
+    logprobs: list[list[float]]  # one per sample token: log p of the sampled token
+    versions: list[int]  # weight version each sample was generated with
+    stale: bool  # some sample was not generated with the weights this trainer pushed
+
+    @classmethod
+    def of(cls, outputs: list[RequestOutput], n: int, accepted_versions: set[int] | None) -> RolloutBatch:
+        if any(len(output.outputs) != n for output in outputs):
+            raise RuntimeError(f"the rollout server returned a prompt with other than n={n} samples")
+        samples = [sample for output in outputs for sample in output.outputs]
+        for sample in samples:
+            if sample.logprobs is None or len(sample.logprobs) != len(sample.token_ids):
+                raise RuntimeError("the rollout server returned a sample without one logprob per token")
+        versions = [sample.weight_version for sample in samples]
+        return cls(
+            prompt_ids=[list(output.prompt_token_ids) for output in outputs],
+            completion_ids=[list(sample.token_ids) for sample in samples],
+            logprobs=[list(sample.logprobs) for sample in samples],
+            versions=versions,
+            stale=accepted_versions is not None and not set(versions) <= accepted_versions,
+        )
