@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
-import statistics
-import time
-from collections.abc import Callable
+import logging
 
 import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-from transformers.generation import ContinuousBatchingConfig
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rollout import LLM, EngineConfig, SamplingParams
+from rollout.bench import systems
 
 SHAPES = {
     # name: (config class, model class, kwargs)
@@ -79,82 +75,6 @@ def build_model(shape: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
     return model
 
 
-def make_prompts(count: int, lo: int, hi: int, vocab: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(lo, hi + 1, (count,), generator=g).tolist()
-    return [torch.randint(2, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
-def run_rollout(model, prompts, n: int, new: int, device: str) -> Callable[[], int]:
-    llm = LLM(model=model, config=EngineConfig(max_num_seqs=max(256, len(prompts) * n), device=device))
-    params = SamplingParams(n=n, max_tokens=new, temperature=1.0, ignore_eos=True, logprobs=0, seed=None)
-
-    def go() -> int:
-        outs = llm.generate(prompts, params)
-        return sum(len(c.token_ids) for o in outs for c in o.outputs)
-
-    return go
-
-
-def run_generate_batch(model, prompts, n: int, new: int, attn: str) -> Callable[[], int]:
-    model.set_attn_implementation(attn)
-    gen = GenerationConfig(
-        max_new_tokens=new,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        num_return_sequences=n,
-        eos_token_id=-1,
-        pad_token_id=0,
-    )
-    cb = ContinuousBatchingConfig(return_logprobs=True)
-
-    def go() -> int:
-        outs = model.generate_batch(
-            prompts, generation_config=gen, continuous_batching_config=cb, progress_bar=False
-        )
-        return sum(len(o.generated_tokens) for o in outs.values())
-
-    return go
-
-
-def run_generate(model, prompts, n: int, new: int) -> Callable[[], int]:
-    model.set_attn_implementation("sdpa")
-
-    def go() -> int:
-        total = 0
-        for prompt in prompts:  # one call per prompt: padding a mixed-length batch would change the workload
-            ids = torch.tensor([prompt], device=model.device)
-            out = model.generate(
-                ids,
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=True,
-                top_k=0,
-                num_return_sequences=n,
-                pad_token_id=0,
-                output_logits=True,
-                return_dict_in_generate=True,
-            )
-            torch.log_softmax(torch.stack(out.logits).float(), -1)  # the logprobs a trainer needs
-            total += (out.sequences.shape[1] - len(prompt)) * n
-        return total
-
-    return go
-
-
-def measure(fn: Callable[[], int], repeats: int) -> tuple[float, int]:
-    fn()  # warm-up: allocation, first-call overheads
-    times, tokens = [], 0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        tokens = fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), tokens
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -169,43 +89,47 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["generate", "generate_batch"])
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     base = build_model(args.shape, args.device, dtype)
-    prompts = make_prompts(args.prompts, *args.prompt_len, base.config.vocab_size)
-    systems: dict[str, Callable[[], int]] = {
-        "rollout": run_rollout(copy.deepcopy(base), prompts, args.n, args.new, args.device)
+    prompts = systems.random_prompts(args.prompts, *args.prompt_len, base.config.vocab_size)
+    workloads = {
+        "rollout": systems.rollout_engine(copy.deepcopy(base), prompts, args.n, args.new, args.device)
     }
     if "generate_batch" not in args.skip:
         for attn in ("sdpa", "paged|eager"):
-            systems[f"generate_batch[{attn}]"] = run_generate_batch(
-                copy.deepcopy(base), prompts, args.n, args.new, attn
+            model = copy.deepcopy(base)
+            workloads[f"generate_batch[{attn}]"] = systems.generate_batch(
+                model, prompts, args.n, args.new, attn
             )
     if "generate" not in args.skip:
-        systems["generate"] = run_generate(copy.deepcopy(base), prompts, args.n, args.new)
-    device_name = (
-        torch.cuda.get_device_name()
-        if args.device.startswith("cuda")
-        else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    )
+        workloads["generate"] = systems.generate(copy.deepcopy(base), prompts, args.n, args.new)
+    device = systems.device_name(args.device)
+    lo, hi = args.prompt_len
     print(
-        f"device: {device_name}; shape {args.shape}; {args.prompts} prompts x n={args.n}, prompt {args.prompt_len[0]}-{args.prompt_len[1]} tokens, {args.new} new tokens, {dtype}"
+        f"device: {device}; shape {args.shape}; {args.prompts} prompts x n={args.n}, prompt {lo}-{hi} tokens, "
+        f"{args.new} new tokens, {dtype}",
+        flush=True,
     )
     results = {}
-    for name, fn in systems.items():
-        seconds, tokens = measure(fn, args.repeats)
-        results[name] = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+    for name, run in workloads.items():
+        results[name] = result = systems.measure(run, args.repeats)
         print(
-            f"  {name:28s} {tokens:7d} tokens  {seconds:8.2f} s  {tokens / seconds:10.1f} tok/s", flush=True
+            f"  {name:28s} {result.tokens:7d} tokens {result.seconds:8.2f} s {result.tokens_per_s:10.1f} tok/s",
+            flush=True,
         )
-    ours = results["rollout"]["tokens_per_s"]
+    ours = results["rollout"].tokens_per_s
     for name, result in results.items():
         if name != "rollout":
-            print(f"  rollout / {name}: {ours / result['tokens_per_s']:.2f}x")
+            print(f"  rollout / {name}: {ours / result.tokens_per_s:.2f}x")
     if args.json:
+        summary = {
+            k: {"seconds": v.seconds, "tokens": v.tokens, "tokens_per_s": v.tokens_per_s}
+            for k, v in results.items()
+        }
         with open(args.json, "w") as f:
-            json.dump({"device": device_name, "args": vars(args), "results": results}, f, indent=2)
+            json.dump({"device": device, "args": vars(args), "results": summary}, f, indent=2)
 
 
 if __name__ == "__main__":
+    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)
     main()

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from rollout.client import RolloutClient
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.assets import default_model_path
+from rollout.client import RolloutClient
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.tasks import addition

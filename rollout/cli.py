@@ -21,7 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if extra and not hasattr(args, "args"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:  # delegated subcommands (bench, demo) parse their own options
+        args.args = extra + args.args
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

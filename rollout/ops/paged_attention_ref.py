@@ -4,6 +4,10 @@ K/V live in a block pool `[num_blocks, block_size, num_kv_heads, head_dim]` per 
 written through `slot_mapping`; attention reads past K/V through `block_tables`, one tile of blocks
 at a time with an online softmax (the flash-decoding recurrence), so no request's whole KV is ever
 materialized and no mask spans the packed batch.
+
+Precondition: every slot a block table points at holds finite values (the engine allocates the pool
+zeroed and only ever writes model K/V into it). Masked slots get probability 0, but 0 * NaN is NaN,
+and zeroing V per tile would double the CPU cost of decode.
 """
 
 from __future__ import annotations
@@ -135,8 +139,6 @@ def _online_softmax(
         k = key_cache[tile].flatten(1, 2).transpose(1, 2).float()  # [S, Hkv, L, D]
         v = value_cache[tile].flatten(1, 2).transpose(1, 2).float()
         k_pos = first * block_size + torch.arange(k.shape[2], device=q.device)  # [L]
-        unwritten = k_pos[None, None, :, None] >= seq_lens[:, None, None, None]  # [S, 1, L, 1]
-        v = v.masked_fill(unwritten, 0.0)  # 0 * NaN garbage would poison the sum
         scores = q @ k.transpose(-1, -2)  # [S, Hkv, R, L]
         if softcap is not None:
             scores = softcap * torch.tanh(scores / softcap)

@@ -1,0 +1,171 @@
+"""`rollout demo`: a server on loopback, a GRPO trainer against it, weights pushed every round.
+
+Everything real: the engine serves over gRPC on 127.0.0.1, the trainer talks to it only through
+`RolloutClient` (generate with n samples and logprobs, update_weights over the gRPC transport), and
+the policy learns from the verifiable addition reward of `rollout.tasks.addition`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from rollout.assets import default_model_path
+from rollout.client import RolloutClient
+from rollout.config import EngineConfig
+from rollout.demo import grpo, report
+from rollout.engine.llm_engine import LLMEngine
+from rollout.outputs import RequestOutput
+from rollout.sampling_params import SamplingParams
+from rollout.server.app import RolloutServer
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+from rollout.tasks import addition
+
+EVAL_SEED = 10_000  # held-out prompts: training rounds use seeds 0, 1, 2, ...
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rollout demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40, help="GRPO rounds (default 40)")
+    parser.add_argument("--prompts", type=int, default=64, help="prompts per round (default 64)")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt (default 8)")
+    parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adam learning rate (default 3e-4)")
+    parser.add_argument("--eval-prompts", type=int, default=128, help="held-out prompts for greedy accuracy")
+    parser.add_argument("--plot", type=Path, default=Path("rollout_demo_reward.png"), help="reward curve PNG")
+    parser.add_argument("--seed", type=int, default=0, help="seed of prompts, sampling and torch")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(build_parser().parse_args(argv))
+    return 0
+
+
+def run(args: argparse.Namespace) -> list[report.RoundStats]:
+    """The whole demo for parsed `args`; returns one RoundStats per round."""
+    for name in ("rounds", "prompts", "n", "eval_prompts"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"rollout demo: --{name.replace('_', '-')} must be >= 1")
+    torch.manual_seed(args.seed)
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    path = default_model_path()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    with _local_server(path) as server, RolloutClient(server.address, timeout=120) as client:
+        client.wait_until_ready(60)
+        print(
+            f"rollout demo: server on {server.address}, model {path.name}, "
+            f"{args.rounds} rounds x {args.prompts} prompts x n={args.n}",
+            flush=True,
+        )
+        history = _train(args, model, tokenizer, client)
+    print(report.summary(history))
+    written = report.plot(history, args.plot)
+    print(f"reward curve: {written}" if written else "reward curve: install matplotlib to get the PNG")
+    return history
+
+
+def _local_server(path: Path) -> RolloutServer:
+    engine = LLMEngine.from_pretrained(path, EngineConfig(device="cpu", dtype="float32"))
+    hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[SERVICE_NAME])
+    return RolloutServer(EngineLoop(engine), host="127.0.0.1", port=0, **hooks)
+
+
+def _train(
+    args: argparse.Namespace,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    client: RolloutClient,
+) -> list[report.RoundStats]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    eval_prompts = addition.make_prompts(args.eval_prompts, seed=EVAL_SEED)
+    history: list[report.RoundStats] = []
+    print(report.HEADER, flush=True)
+    for round_ in range(args.rounds):
+        stats = _round(args, round_, model, optimizer, tokenizer, client)
+        stats = dataclasses.replace(stats, accuracy=_greedy_accuracy(client, tokenizer, eval_prompts))
+        history.append(stats)
+        print(stats.row(), flush=True)
+    return history
+
+
+def _round(
+    args: argparse.Namespace,
+    round_: int,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: PreTrainedTokenizerBase,
+    client: RolloutClient,
+) -> report.RoundStats:
+    """Push the policy, sample n completions per prompt with logprobs, score them, take one step."""
+    start = time.perf_counter()
+    version = client.update_weights(model, transport="grpc")
+    sync_s = time.perf_counter() - start
+    texts = addition.make_prompts(args.prompts, seed=args.seed * 100_003 + round_)
+    params = SamplingParams(n=args.n, temperature=1.0, max_tokens=8, logprobs=0, seed=args.seed + round_)
+    start = time.perf_counter()
+    outputs = client.generate([tokenizer(t)["input_ids"] for t in texts], params)
+    generate_s = time.perf_counter() - start
+    rewards = [
+        [addition.reward(text, _decode(tokenizer, c.token_ids)) for c in output.outputs]
+        for text, output in zip(texts, outputs, strict=True)
+    ]
+    start = time.perf_counter()
+    drift = _step(model, optimizer, grpo.collect_samples(outputs, rewards), tokenizer.pad_token_id)
+    return report.RoundStats(
+        round=round_,
+        weight_version=_version(outputs, version),
+        reward=sum(map(sum, rewards)) / (len(texts) * args.n),
+        accuracy=float("nan"),
+        tokens_per_s=_completion_tokens(outputs) / generate_s,
+        generate_s=generate_s,
+        sync_s=sync_s,
+        train_s=time.perf_counter() - start,
+        logprob_drift=drift,
+    )
+
+
+def _step(
+    model: PreTrainedModel, optimizer: torch.optim.Optimizer, samples: list[grpo.Sample], pad_id: int
+) -> float:
+    """One optimizer step on the round's samples; returns the trainer/server logprob drift."""
+    if not samples:  # every group unanimous: nothing to learn this round
+        return 0.0
+    loss, drift = grpo.policy_loss(model, samples, pad_id)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return drift
+
+
+def _greedy_accuracy(client: RolloutClient, tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> float:
+    outputs = client.generate(
+        [tokenizer(t)["input_ids"] for t in prompts], SamplingParams(temperature=0, max_tokens=8)
+    )
+    answers = [_decode(tokenizer, o.outputs[0].token_ids) for o in outputs]
+    return sum(addition.reward(t, a) for t, a in zip(prompts, answers, strict=True)) / len(prompts)
+
+
+def _version(outputs: list[RequestOutput], pushed: int) -> int:
+    """The version every sample reports; it must be the one just pushed."""
+    versions = {c.weight_version for o in outputs for c in o.outputs}
+    if versions != {pushed}:
+        raise RuntimeError(f"samples report weight versions {sorted(versions)}, expected only {pushed}")
+    return pushed
+
+
+def _completion_tokens(outputs: list[RequestOutput]) -> int:
+    return sum(len(c.token_ids) for o in outputs for c in o.outputs)
+
+
+def _decode(tokenizer: PreTrainedTokenizerBase, token_ids: list[int]) -> str:
+    return tokenizer.decode(token_ids, skip_special_tokens=True)
