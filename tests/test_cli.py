@@ -103,12 +103,9 @@ def test_chat_messages_without_a_chat_template_are_a_clear_line_error(tmp_path: 
     assert "line 1: messages: the tokenizer has no chat template" in capsys.readouterr().err
 
 
-def test_missing_default_model_is_a_clear_error(tmp_path: Path) -> None:
-    src = write_lines(tmp_path / "in.jsonl", [LINES[0]])
-    try:
-        from rollout.assets import default_model_path  # noqa: F401
-    except ImportError:
-        with pytest.raises(SystemExit, match="--model"):
-            run_generate(tmp_path, src)
-    else:
-        pytest.skip("the embedded default model is available")
+def test_generate_without_model_uses_the_embedded_default_model(tmp_path: Path) -> None:
+    src = write_lines(tmp_path / "in.jsonl", [{"prompt": "1+2="}])
+    code, records = run_generate(tmp_path, src, "--temperature", "0", "--max-tokens", "8")
+    assert code == 0 and len(records) == 1
+    sample = records[0]["samples"][0]
+    assert sample["finish_reason"] == "stop" and sample["text"] == "3"  # the addition model, greedy
