@@ -14,6 +14,7 @@ import argparse
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -79,12 +80,24 @@ def policy_loss(
     return loss, torch.cat(drift).mean().item(), sum(rewards) / len(rewards)
 
 
+def transport_options(args: argparse.Namespace) -> dict[str, object]:
+    """The disk transport needs a directory the server can read too; the others need nothing."""
+    if args.transport != "disk":
+        return {}
+    if args.checkpoint_dir is None:
+        args.checkpoint_dir = tempfile.mkdtemp(prefix="rollout-weights-")
+    return {"path": args.checkpoint_dir}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--server", help="host:port of a running rollout server (default: start one)")
     parser.add_argument("--transport", default="grpc", choices=["grpc", "distributed", "disk"])
+    parser.add_argument(
+        "--checkpoint-dir", help="directory both sides can read (disk transport; default: a temp dir)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts-per-step", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
@@ -100,7 +113,7 @@ def main() -> None:
         client = RolloutClient(address)
         client.wait_until_ready(300)
         for step in range(args.steps):
-            version = client.update_weights(model, transport=args.transport)
+            version = client.update_weights(model, transport=args.transport, **transport_options(args))
             texts = addition.make_prompts(args.prompts_per_step, seed=step)
             outputs = client.generate([tokenizer(t)["input_ids"] for t in texts], params)
             loss, drift, reward = policy_loss(model, outputs, texts, tokenizer)

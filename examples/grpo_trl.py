@@ -13,6 +13,7 @@ import argparse
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,12 +49,24 @@ def local_server(model_path: str, server: str | None) -> Iterator[str]:
         process.wait(30)
 
 
+def transport_options(args: argparse.Namespace) -> dict[str, object]:
+    """The disk transport needs a directory the server can read too; the others need nothing."""
+    if args.transport != "disk":
+        return {}
+    if args.checkpoint_dir is None:
+        args.checkpoint_dir = tempfile.mkdtemp(prefix="rollout-weights-")
+    return {"path": args.checkpoint_dir}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--server", help="host:port of a running rollout server (default: start one)")
     parser.add_argument("--transport", default="grpc", choices=["grpc", "distributed", "disk"])
+    parser.add_argument(
+        "--checkpoint-dir", help="directory both sides can read (disk transport; default: a temp dir)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--prompts-per-step", type=int, default=4)
@@ -86,7 +99,9 @@ def main() -> None:
             config,
             train_dataset=Dataset.from_dict({"prompt": prompts}),
             processing_class=tokenizer,
-            rollout_config=RolloutConfig(server=address, transport=args.transport),
+            rollout_config=RolloutConfig(
+                server=address, transport=args.transport, transport_options=transport_options(args)
+            ),
         )
         trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
