@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rollout.engine.host_to_device import to_device
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.ops.attention_metadata import AttentionMetadata
 
@@ -44,26 +45,18 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
     for q_len in query_lens:
         cu_seqlens.append(cu_seqlens[-1] + q_len)
     meta = AttentionMetadata(
-        slot_mapping=_tensor(slots, torch.int64, device),
-        cu_seqlens_q=_tensor(cu_seqlens, torch.int32, device),
-        seq_lens=_tensor(seq_lens, torch.int32, device),
-        block_tables=_tensor(tables, torch.int32, device),
+        slot_mapping=to_device(slots, torch.int64, device),
+        cu_seqlens_q=to_device(cu_seqlens, torch.int32, device),
+        seq_lens=to_device(seq_lens, torch.int32, device),
+        block_tables=to_device(tables, torch.int32, device),
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
         query_lens_cpu=query_lens,
         seq_lens_cpu=seq_lens,
     )
     return ModelInputs(
-        input_ids=_tensor(input_ids, torch.int64, device)[None],
-        position_ids=_tensor(positions, torch.int64, device)[None],
+        input_ids=to_device(input_ids, torch.int64, device)[None],
+        position_ids=to_device(positions, torch.int64, device)[None],
         meta=meta,
-        logits_indices=_tensor(logits_indices, torch.int64, device),
+        logits_indices=to_device(logits_indices, torch.int64, device),
     )
-
-
-def _tensor(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    # Built on the host and copied once; pinned + non_blocking lets the copy overlap on CUDA.
-    host = torch.tensor(data, dtype=dtype)
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
+from rollout.engine.host_to_device import to_device
+
 
 @dataclass(frozen=True)
 class KVCacheSpec:
@@ -50,8 +52,8 @@ def copy_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], copies: list
     if not copies:
         return
     device = kv_caches[0][0].device
-    src = torch.tensor([c[0] for c in copies], device=device)
-    dst = torch.tensor([c[1] for c in copies], device=device)
+    src = to_device([c[0] for c in copies], torch.int64, device)
+    dst = to_device([c[1] for c in copies], torch.int64, device)
     for key_cache, value_cache in kv_caches:
         key_cache[dst] = key_cache[src]
         value_cache[dst] = value_cache[src]

@@ -16,6 +16,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rollout.config import EngineConfig
 from rollout.engine import model_loader
 from rollout.engine.block_manager import BlockManager
+from rollout.engine.cuda_graphs import use_cuda_graphs
+from rollout.engine.host_to_device import to_device
 from rollout.engine.kv_cache import KVCacheSpec
 from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
@@ -51,6 +53,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.config, self.block_manager)
         backend = get_backend(self.config.attention_backend, device)
         self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
+        if use_cuda_graphs(self.config, device, backend):
+            self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.sampler = Sampler(device, self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
@@ -172,10 +176,7 @@ class LLMEngine:
             self.block_manager.cache_full_blocks(seq)
             if samples:
                 sampling.append(seq)
-        finished: dict[str, RequestOutput] = {}
-        for row, seqs in zip(logits, self._expand_forks(sampling), strict=True):
-            self._sample_and_append(row, seqs, finished)
-        return list(finished.values())
+        return self._sample_and_append(logits, self._expand_forks(sampling))
 
     def _expand_forks(self, sampling: list[Sequence]) -> list[list[Sequence]]:
         """Each sampling row feeds one sequence, or all n samples of a prompt that just finished prefill."""
@@ -195,11 +196,16 @@ class LLMEngine:
             groups.append([seq, *children])
         return groups
 
-    def _sample_and_append(
-        self, row: torch.Tensor, seqs: list[Sequence], finished: dict[str, RequestOutput]
-    ) -> None:
+    def _sample_and_append(self, logits: torch.Tensor, groups: list[list[Sequence]]) -> list[RequestOutput]:
+        """One sampler call for the whole step; a prompt's n forks all draw from its one logits row."""
+        assert logits.shape[0] == len(groups), "one logits row per sampling sequence"
+        seqs = [seq for group in groups for seq in group]
+        if len(seqs) != len(groups):
+            parents = [r for r, group in enumerate(groups) for _ in group]
+            logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
         rows = [SampleRow(seq.request.params, seq.generator, seq.token_ids) for seq in seqs]
-        out = self.sampler(row.expand(len(seqs), -1), rows)
+        out = self.sampler(logits, rows)
+        finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
             seq.token_ids.append(out.token_ids[i])
             self._num_generated_tokens += 1
@@ -210,6 +216,7 @@ class LLMEngine:
             reason = self._finish_reason(seq)
             if reason is not None:
                 self._finish(seq, reason, finished)
+        return list(finished.values())
 
     def _finish_reason(self, seq: Sequence) -> str | None:
         params = seq.request.params

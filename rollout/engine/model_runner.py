@@ -1,10 +1,16 @@
-"""ModelRunner: runs the unmodified transformers model over a packed batch and the paged KV cache."""
+"""ModelRunner: runs the unmodified transformers model over a packed batch and the paged KV cache.
+
+Pure-decode steps go through `DecodeGraphs` once `enable_decode_graphs` is called (CUDA graphs on a
+GPU); every other step, and every step without it, runs the model eagerly on freshly packed inputs.
+"""
 
 from __future__ import annotations
 
 import torch
 from transformers import PreTrainedModel
 
+from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets
+from rollout.engine.decode_buffers import DecodeBuffers
 from rollout.engine.input_batch import prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.scheduler import SchedulerOutput
@@ -24,12 +30,30 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         self.block_size = block_size
         self.backend = backend
-        self.kv_caches = allocate_kv_caches(kv_spec, num_blocks, block_size, self.device)
+        # One block past the allocator's range: the scratch slot that padded decode rows write to.
+        self.kv_caches = allocate_kv_caches(kv_spec, num_blocks + 1, block_size, self.device)
+        self.scratch_slot = num_blocks * block_size
+        self.decode_graphs: DecodeGraphs | None = None
+
+    def enable_decode_graphs(self, max_num_seqs: int, max_model_len: int, capture: bool) -> bool:
+        """Routes pure-decode steps through padded static buffers; `capture` records CUDA graphs of them.
+
+        Returns False when capture failed: decode steps then stay eager.
+        """
+        buckets = decode_buckets(max_num_seqs)
+        buffers = DecodeBuffers(buckets[-1], max_model_len, self.block_size, self.scratch_slot, self.device)
+        graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, buffers, buckets)
+        if capture and not graphs.capture():
+            return False
+        self.decode_graphs = graphs
+        return True
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> torch.Tensor:
         """Computes the scheduled tokens' KV and returns fp32 logits [R, vocab] of the sampling rows."""
         copy_blocks(self.kv_caches, sched.blocks_to_copy)
+        if self.decode_graphs is not None and self.decode_graphs.can_run(sched):
+            return self.decode_graphs.run(sched)
         inputs = prepare_inputs(sched, self.block_size, self.device)
         context = ForwardContext(self.kv_caches, inputs.meta, self.backend)
         out = self.model(

@@ -5,6 +5,10 @@ min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones
 of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row draws its noise from
 its own generator, so its tokens do not depend on what else is in the batch.
+
+Host work stays flat in the batch size: one call samples the whole step, the vocabulary is sorted
+only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
+all-greedy batch draws no noise, and results reach the host in a fixed number of copies.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rollout.engine.host_to_device import to_device
 from rollout.sampling_params import SamplingParams
 
 
@@ -49,18 +54,23 @@ class Sampler:
         return _gather_logprobs(processed, raw_logprobs, token_ids, rows)
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        greedy = [row.params.greedy for row in rows]
+        if all(greedy):
+            return logprobs.argmax(dim=-1)
         noise = torch.empty_like(logprobs)
         for i, row in enumerate(rows):
             if row.generator is not None:
                 noise[i].exponential_(generator=row.generator)
         unseeded = [i for i, row in enumerate(rows) if row.generator is None]
         if unseeded:
-            noise[unseeded] = torch.empty(
+            noise[to_device(unseeded, torch.int64, noise.device)] = torch.empty(
                 len(unseeded), logprobs.shape[1], device=logprobs.device
             ).exponential_(generator=self.generator)
         sampled = (logprobs.exp() / noise.clamp_(min=1e-30)).argmax(dim=-1)
-        greedy = torch.tensor([row.params.greedy for row in rows], device=logprobs.device)
-        return torch.where(greedy, logprobs.argmax(dim=-1), sampled)
+        if not any(greedy):
+            return sampled
+        is_greedy = to_device(greedy, torch.bool, logprobs.device)
+        return torch.where(is_greedy, logprobs.argmax(dim=-1), sampled)
 
 
 def _any(rows: list[SampleRow], predicate) -> bool:
@@ -68,7 +78,7 @@ def _any(rows: list[SampleRow], predicate) -> bool:
 
 
 def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(values, dtype=like.dtype, device=like.device)[:, None]
+    return to_device(values, like.dtype, like.device)[:, None]
 
 
 def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
@@ -79,7 +89,7 @@ def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> to
     for i, row in enumerate(rows):
         penalty = row.params.repetition_penalty
         if penalty != 1.0 and row.seen_token_ids:
-            seen = torch.tensor(sorted(set(row.seen_token_ids)), device=logits.device)
+            seen = to_device(sorted(set(row.seen_token_ids)), torch.int64, logits.device)
             values = logits[i, seen]
             logits[i, seen] = torch.where(values > 0, values / penalty, values * penalty)
     return logits
@@ -100,7 +110,9 @@ def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     if all(k == vocab for k in ks):
         return logits
     # k-th largest value per row, without a full sort of the vocabulary
-    kth = logits.topk(max(ks), dim=-1).values.gather(1, torch.tensor(ks, device=logits.device)[:, None] - 1)
+    kth = logits.topk(max(ks), dim=-1).values.gather(
+        1, to_device(ks, torch.int64, logits.device)[:, None] - 1
+    )
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
@@ -129,18 +141,29 @@ def _apply_min_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
 def _gather_logprobs(
     processed: torch.Tensor, raw: torch.Tensor | None, token_ids: torch.Tensor, rows: list[SampleRow]
 ) -> SamplerOutput:
-    ids = token_ids.tolist()
+    """Batched gathers first, then a fixed number of device-to-host copies, whatever the batch size."""
+    wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
     logprobs: list[float | None] = [None] * len(rows)
     tops: list[dict[int, float] | None] = [None] * len(rows)
-    wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
-    if wanted:
-        chosen = {i: raw if rows[i].params.logprobs_mode == "raw" else processed for i in wanted}
-        values = [chosen[i][i, ids[i]] for i in wanted]
-        for i, value in zip(wanted, torch.stack(values).tolist(), strict=True):
-            logprobs[i] = value
-        for i in wanted:
-            k = rows[i].params.logprobs
-            if k:
-                top = chosen[i][i].topk(k)
-                tops[i] = dict(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    if not wanted:
+        return SamplerOutput(token_ids.tolist(), logprobs, tops)
+    source = _logprob_source(processed, raw, rows)  # [R, vocab]
+    chosen = source.gather(1, token_ids[:, None])[:, 0]
+    max_k = max(rows[i].params.logprobs for i in wanted)
+    top = source.topk(max_k) if max_k else None
+    ids, values = token_ids.tolist(), chosen.tolist()
+    top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
+    for i in wanted:
+        logprobs[i] = values[i]
+        k = rows[i].params.logprobs
+        if k:
+            tops[i] = dict(zip(top_ids[i][:k], top_values[i][:k], strict=True))
     return SamplerOutput(ids, logprobs, tops)
+
+
+def _logprob_source(processed: torch.Tensor, raw: torch.Tensor | None, rows: list[SampleRow]) -> torch.Tensor:
+    """Each row's logprobs in its own mode: `raw` rows from the unscaled log-softmax, the rest processed."""
+    if raw is None:
+        return processed
+    is_raw = to_device([row.params.logprobs_mode == "raw" for row in rows], torch.bool, processed.device)
+    return torch.where(is_raw[:, None], raw, processed)

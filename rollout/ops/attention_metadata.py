@@ -21,8 +21,10 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [S] int32
     block_tables: torch.Tensor  # [S, max_blocks_per_seq] int32, padded with 0
     max_query_len: int
-    max_seq_len: int
-    # Host copies, so the torch reference can split the batch without a device sync.
+    max_seq_len: int  # an upper bound on seq_lens: exact when eager, max_model_len in a CUDA graph
+    # Host copies, so the torch reference can split the batch without a device sync. A CUDA-graph
+    # decode batch (one token per row) puts the bound max_seq_len here, since replays change the
+    # lengths; its padding rows have seq_lens 0 on the device and attend to nothing.
     query_lens_cpu: list[int]
     seq_lens_cpu: list[int]
 

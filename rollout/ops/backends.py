@@ -1,4 +1,8 @@
-"""Picks the paged-attention implementation: Triton kernels on CUDA, the torch reference elsewhere."""
+"""Picks the paged-attention implementation: Triton kernels on CUDA, the torch reference elsewhere.
+
+Only the Triton backend can be captured in a CUDA graph: its grids come from host ints in the
+metadata, while the reference builds index tensors from host lists and masks with boolean indexing.
+"""
 
 from __future__ import annotations
 
@@ -19,5 +23,7 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "triton":
         from rollout.ops import triton_attention
 
-        return AttentionBackend(triton_attention.write_kv_cache, triton_attention.paged_attention)
+        return AttentionBackend(
+            triton_attention.write_kv_cache, triton_attention.paged_attention, supports_cuda_graphs=True
+        )
     raise ValueError(f"attention_backend must be auto, torch or triton, got {name!r}")

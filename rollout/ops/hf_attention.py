@@ -23,6 +23,8 @@ ATTN_IMPLEMENTATION = "rollout_paged"
 class AttentionBackend:
     write_kv_cache: Callable[..., None]
     paged_attention: Callable[..., torch.Tensor]
+    # Safe inside a CUDA graph capture: no host syncs, and no launch shapes taken from tensor values.
+    supports_cuda_graphs: bool = False
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ triton = pytest.importorskip("triton")
 
 from rollout.ops import paged_attention_ref as ref  # noqa: E402
 from rollout.ops import triton_attention as tri  # noqa: E402
+from rollout.ops.attention_metadata import AttentionMetadata  # noqa: E402
 
 ON_CUDA = torch.cuda.is_available()
 # The interpreter only works if TRITON_INTERPRET was set before triton was first imported (tests/ops/
@@ -147,3 +148,39 @@ def test_paged_attention_rejects_mismatched_dtypes(paged_batch) -> None:
     batch = paged_batch(*MIXED)
     with pytest.raises(ValueError, match="dtype"):
         tri.paged_attention(batch.query.double(), batch.key_cache, batch.value_cache, batch.meta, 0.25)
+
+
+@pytest.mark.parametrize(("device", "dtype"), TARGETS)
+def test_decode_with_a_length_bound_and_empty_padding_rows_matches_reference(
+    paged_batch, device: str, dtype: torch.dtype
+) -> None:
+    """What a CUDA-graph decode step launches: max_seq_len is a fixed bound, padding rows have length 0."""
+    batch = paged_batch(*DECODE_MIXED_CONTEXTS, dtype=dtype, device=device, seed=11)
+    expected = ref.paged_attention(batch.query, batch.key_cache, batch.value_cache, batch.meta, 0.25)
+    for cache in (batch.key_cache, batch.value_cache):
+        poison_unused_slots(cache, batch.meta)  # the bound must not make anyone read past its length
+    query, meta = pad_decode_batch(batch.query, batch.meta, num_padding=3, bound=4 * batch.meta.max_seq_len)
+    out = tri.paged_attention(query, batch.key_cache, batch.value_cache, meta, 0.25, partition_size=PARTITION)
+    tol = TOLERANCES[dtype]
+    real = batch.query.shape[0]
+    torch.testing.assert_close(out[:real], expected, atol=tol, rtol=tol)
+    assert (out[real:] == 0).all()
+
+
+def pad_decode_batch(query: torch.Tensor, meta, num_padding: int, bound: int):
+    """The decode batch plus `num_padding` zero-length rows, with every host length set to `bound`."""
+    num_seqs = meta.num_seqs + num_padding
+    device = query.device
+    padding_query = torch.randn(num_padding, *query.shape[1:], device=device).to(query.dtype)
+    tables = torch.cat([meta.block_tables, torch.zeros_like(meta.block_tables[:num_padding])])
+    padded = AttentionMetadata(
+        slot_mapping=torch.cat([meta.slot_mapping, meta.slot_mapping.new_zeros(num_padding)]),
+        cu_seqlens_q=torch.arange(num_seqs + 1, dtype=torch.int32, device=device),
+        seq_lens=torch.cat([meta.seq_lens, meta.seq_lens.new_zeros(num_padding)]),
+        block_tables=tables,
+        max_query_len=1,
+        max_seq_len=bound,
+        query_lens_cpu=[1] * num_seqs,
+        seq_lens_cpu=[bound] * num_seqs,
+    )
+    return torch.cat([query, padding_query]), padded

@@ -1,0 +1,96 @@
+"""Sampler host work: no vocabulary sort unless top-p asks, one batched call equals row-by-row calls."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from rollout import SamplingParams
+from rollout.engine.sampler import Sampler, SampleRow
+from tests.engine.op_recorder import OpRecorder
+
+VOCAB = 1000
+
+
+def make_rows(params: list[SamplingParams], seed: int | None = None) -> list[SampleRow]:
+    generators = [
+        None if seed is None else torch.Generator().manual_seed(seed + i) for i in range(len(params))
+    ]
+    return [SampleRow(p, g, [5, 6, 7]) for p, g in zip(params, generators, strict=True)]
+
+
+def ops_of(params: list[SamplingParams]) -> set[str]:
+    logits = torch.randn(len(params), VOCAB, generator=torch.Generator().manual_seed(0))
+    with OpRecorder() as recorder:
+        Sampler(torch.device("cpu"), seed=0)(logits, make_rows(params))
+    return recorder.ops
+
+
+SORTS = {"sort", "argsort", "msort", "topk"}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(temperature=0),
+        dict(temperature=0.7),
+        dict(temperature=1.0, min_p=0.1),
+        dict(temperature=0.9, repetition_penalty=1.3),
+        dict(temperature=0.8, logprobs=0),
+        dict(temperature=0.8, logprobs=0, logprobs_mode="raw"),
+    ],
+    ids=["greedy", "temperature", "min_p", "repetition_penalty", "logprobs", "raw_logprobs"],
+)
+def test_sampling_without_top_p_top_k_or_top_logprobs_never_sorts(params: dict) -> None:
+    assert not ops_of([SamplingParams(**params)] * 4) & SORTS
+
+
+def test_top_k_uses_a_partial_topk_and_only_top_p_sorts() -> None:
+    assert ops_of([SamplingParams(temperature=1.0, top_k=20)] * 2) & SORTS == {"topk"}
+    assert "sort" in ops_of([SamplingParams(temperature=1.0, top_p=0.9)] * 2)
+
+
+def test_an_all_greedy_batch_draws_no_noise() -> None:
+    assert "exponential_" not in ops_of([SamplingParams(temperature=0)] * 4)
+    assert "exponential_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
+
+
+def test_one_batched_call_equals_a_call_per_row() -> None:
+    params = [
+        SamplingParams(temperature=0, logprobs=3),
+        SamplingParams(temperature=0.8, top_k=50, logprobs=0),
+        SamplingParams(temperature=1.2, top_p=0.8, logprobs=2, logprobs_mode="raw"),
+        SamplingParams(temperature=1.0, min_p=0.05),
+        SamplingParams(temperature=0.7, repetition_penalty=1.5, logprobs=1),
+    ]
+    logits = torch.randn(len(params), VOCAB, generator=torch.Generator().manual_seed(1)) * 3
+    batched = Sampler(torch.device("cpu"), seed=0)(logits, make_rows(params, seed=10))
+    rows = make_rows(params, seed=10)
+    for i, row in enumerate(rows):
+        alone = Sampler(torch.device("cpu"), seed=0)(logits[i : i + 1], [row])
+        assert batched.token_ids[i] == alone.token_ids[0]
+        assert batched.logprobs[i] == alone.logprobs[0]
+        assert batched.top_logprobs[i] == alone.top_logprobs[0]
+
+
+@pytest.mark.gpu
+def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
+    def syncs(batch: int) -> int:
+        device = torch.device("cuda")
+        logits = torch.randn(batch, VOCAB, device=device)
+        params = [SamplingParams(temperature=0.8, top_k=20, logprobs=2)] * batch
+        rows = [SampleRow(p, None, [5]) for p in params]
+        sampler = Sampler(device, seed=0)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sampler(logits, rows)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return len(caught)
+
+    assert syncs(64) == syncs(1)
