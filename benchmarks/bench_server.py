@@ -1,7 +1,8 @@
 """Throughput of the same workload through the gRPC server (concurrent clients) and the offline LLM.
 
 The server must keep >= 90% of offline tokens/s with 8+ clients (issue 3). Both sides use the same
-model and engine settings; the server side adds protobuf, gRPC and the engine-loop hand-off.
+model and engine settings; the server side adds protobuf, gRPC and the engine-loop hand-off. The
+server is a separate `rollout serve` process and the clients are threads of this one.
 
     python benchmarks/bench_server.py [--clients 8] [--prompts 64] [--n 4] [--max-tokens 32]
 """
@@ -9,17 +10,21 @@ model and engine settings; the server side adds protobuf, gRPC and the engine-lo
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.client import RolloutClient
-from rollout.engine.llm_engine import LLMEngine
-from rollout.server.app import RolloutServer
-from rollout.server.engine_loop import EngineLoop
 
 
 def make_model(hidden: int, layers: int) -> LlamaForCausalLM:
@@ -60,16 +65,39 @@ def server_round(
 
 
 def compare(args: argparse.Namespace, config: EngineConfig, params: SamplingParams) -> tuple[float, float]:
-    """Best tokens/s of each side over interleaved rounds (a shared CPU makes single runs noisy)."""
+    """Best tokens/s of each side over interleaved rounds (a shared CPU makes single runs noisy).
+
+    The server runs as its own process (`rollout serve`, as in production), so the clients'
+    protobuf work does not share a GIL with the engine loop; the offline LLM runs in this process.
+    """
     prompts = make_prompts(args.prompts)
-    llm = LLM(model=make_model(args.hidden, args.layers), config=config)
-    loop = EngineLoop(LLMEngine(make_model(args.hidden, args.layers), None, config))
-    with RolloutServer(loop) as server, RolloutClient(server.address) as client:
-        llm.generate(prompts[:8], params)  # warm-up
-        client.generate(prompts[:8], params)
-        rounds = [(offline_round(llm, prompts, params), server_round(client, prompts, params, args.clients))
-                  for _ in range(args.rounds)]  # fmt: skip
+    with tempfile.TemporaryDirectory() as model_dir:
+        make_model(args.hidden, args.layers).save_pretrained(model_dir)
+        llm = LLM(model_dir, config=config)
+        with serve(model_dir, config) as address, RolloutClient(address, timeout=600) as client:
+            client.wait_until_ready(120)
+            llm.generate(prompts[:8], params)  # warm-up
+            client.generate(prompts[:8], params)
+            rounds = [(offline_round(llm, prompts, params), server_round(client, prompts, params, args.clients))
+                      for _ in range(args.rounds)]  # fmt: skip
     return max(r[0] for r in rounds), max(r[1] for r in rounds)
+
+
+@contextmanager
+def serve(model_dir: str, config: EngineConfig) -> Iterator[str]:
+    """`rollout serve` on a free loopback port, with the offline side's engine settings."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "rollout.cli", "--log-level", "WARNING", "serve", "--model", model_dir,
+               "--port", str(port), "--max-num-seqs", str(config.max_num_seqs),
+               "--num-blocks", str(config.num_blocks), "--device", config.device]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def main() -> None:
