@@ -1,6 +1,11 @@
-"""Test-session setup: few threads (CI has 2 cores), Triton in its interpreter without CUDA, `gpu` tests skipped."""
+"""Test-session setup: few threads (CI has 2 cores), Triton in its interpreter without CUDA, `gpu` tests skipped.
+
+Subprocesses (a `rollout serve`, the examples, trainer and server ranks) import this checkout, not whatever
+`rollout` an environment happens to have installed: the repository root goes first on PYTHONPATH.
+"""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +13,8 @@ import torch
 if not torch.cuda.is_available():  # Triton reads this once, at its first import (transformers pulls it in)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(int(os.environ.get("ROLLOUT_TEST_THREADS", "1")))
 
