@@ -22,11 +22,13 @@ class Metrics:
     def __init__(self, loop: EngineLoop, window_s: float = 30.0):
         self.loop = loop
         self.window_s = window_s
-        self._history: deque[tuple[float, int]] = deque()
+        # Seeded with the count at start, so the first scrape reports the rate since the server started.
+        start = (time.monotonic(), int(loop.stats()["num_generated_tokens"]))
+        self._history: deque[tuple[float, int]] = deque([start])
         self._lock = threading.Lock()
 
     def tokens_per_second(self, generated: int, now: float | None = None) -> float:
-        """Generated tokens per second over the last `window_s` seconds of renders."""
+        """Generated tokens per second over the last `window_s` seconds of renders (or since start)."""
         now = time.monotonic() if now is None else now
         with self._lock:
             self._history.append((now, generated))
@@ -100,7 +102,7 @@ class Metrics:
             lines,
             "generation_tokens_per_second",
             "gauge",
-            "Generated tokens/s since the previous render (window).",
+            "Generated tokens/s over the last 30 s of scrapes (since start at first).",
             round(self.tokens_per_second(int(stats["num_generated_tokens"])), 3),
         )
         _add(

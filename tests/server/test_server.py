@@ -101,6 +101,19 @@ def test_metrics_are_prometheus_text_over_grpc_and_http() -> None:
     for line in ("rollout_requests_total 1", "rollout_generated_tokens_total 5", "rollout_weight_version 0"):
         assert line in text and line in scraped
     assert "# TYPE rollout_kv_cache_usage_ratio gauge" in text
+    (rate,) = [line for line in text.splitlines() if line.startswith("rollout_generation_tokens_per_second ")]
+    assert float(rate.split()[1]) > 0  # the first scrape already counts the 5 tokens since start
+
+
+def test_tokens_per_second_is_the_rate_over_the_window() -> None:
+    with serving() as server:
+        metrics = server.metrics
+        t0, g0 = metrics._history[0]
+        assert metrics.tokens_per_second(g0 + 100, now=t0 + 2.0) == 50.0
+        assert metrics.tokens_per_second(g0 + 400, now=t0 + 4.0) == 100.0  # still inside the 30 s window
+        assert metrics.tokens_per_second(g0 + 700, now=t0 + 40.0) == (700 - 400) / (
+            40.0 - 4.0
+        )  # old points leave
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> None:
