@@ -1,4 +1,8 @@
-"""The `rollout` command: a small dispatcher; each subcommand's arguments live in rollout/commands/."""
+"""The `rollout` command: a small dispatcher.
+
+`serve` and `generate` parse their arguments in rollout/commands/; `bench` and `demo` are handed on
+(commands/delegate.py) to rollout/bench/main.py and rollout/demo/main.py, which parse their own.
+"""
 
 from __future__ import annotations
 

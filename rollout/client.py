@@ -5,7 +5,8 @@ addresses it spreads prompts over the servers (a prompt's n samples stay on one 
 them concurrently. Request ids double as idempotency keys: a retry after UNAVAILABLE attaches to the
 request the server already runs, so nothing is generated twice.
 
-Weight-update code reaches every server through `addresses`, `channels`, `stubs` and `metadata`.
+Weight updates go through `weight_pusher` (one per client, created on first use), which reaches
+every server through `channels` and `metadata` and keeps the distributed group between pushes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -26,6 +27,9 @@ from rollout.sampling_params import SamplingParams
 from rollout.server import convert
 from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from rollout.weights.client_push import WeightPusher
 
 PromptInput = str | Sequence[int] | Sequence[Mapping[str, str]]
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
@@ -61,6 +65,7 @@ class RolloutClient:
         ]
         self.channels = {a: _channel(a, tls, options) for a in self.addresses}
         self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}
+        self._weight_pusher: WeightPusher | None = None
 
     # ---- generation ---------------------------------------------------------------------------
 
@@ -129,6 +134,18 @@ class RolloutClient:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"server {address} not SERVING after {timeout} s")
                 time.sleep(0.1)
+
+    @property
+    def weight_pusher(self) -> WeightPusher:
+        """Pushes weights to every server; holds the distributed group, so later pushes reuse it.
+
+        `client.weight_pusher.init_group(...)` sets the group up ahead of the first push.
+        """
+        if self._weight_pusher is None:
+            from rollout.weights.client_push import WeightPusher  # torch only when weights move
+
+            self._weight_pusher = WeightPusher(self.channels, self.metadata)
+        return self._weight_pusher
 
     def update_weights(
         self, model_or_named_tensors: Any, transport: str = "grpc", version: int | None = None, **kwargs: Any

@@ -32,11 +32,9 @@ class LLM:
 
             model = default_model_path()
         if isinstance(model, PreTrainedModel):
-            if isinstance(tokenizer, (str, os.PathLike)):
-                from rollout.engine.model_loader import load_tokenizer
+            from rollout.engine.model_loader import resolve_tokenizer
 
-                tokenizer = load_tokenizer(tokenizer)
-            self.engine = LLMEngine(model, tokenizer, config)
+            self.engine = LLMEngine(model, resolve_tokenizer(tokenizer), config)
         else:
             self.engine = LLMEngine.from_pretrained(model, config, tokenizer)
         self._ids = itertools.count()

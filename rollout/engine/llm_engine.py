@@ -79,7 +79,10 @@ class LLMEngine:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | os.PathLike, config: EngineConfig | None = None, tokenizer: str | None = None
+        cls,
+        model: str | os.PathLike,
+        config: EngineConfig | None = None,
+        tokenizer: model_loader.TokenizerArg = None,
     ) -> LLMEngine:
         config = config or EngineConfig()
         hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)

@@ -44,18 +44,34 @@ def resolve_dtype(config: EngineConfig, device: torch.device, model_dtype: torch
     return model_dtype if model_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
 
 
+TokenizerArg = PreTrainedTokenizerBase | str | os.PathLike | None
+
+
 def load_pretrained(
-    path: str | os.PathLike, config: EngineConfig, tokenizer_path: str | os.PathLike | None = None
+    path: str | os.PathLike, config: EngineConfig, tokenizer: TokenizerArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    """The model at `path` on the configured device/dtype, and its tokenizer (see `resolve_tokenizer`)."""
     device = resolve_device(config)
     model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
     model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
-    return model, load_tokenizer(tokenizer_path or path)
+    return model, resolve_tokenizer(tokenizer, path)
 
 
-def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase | None:
+def resolve_tokenizer(
+    tokenizer: TokenizerArg, model_path: str | os.PathLike | None = None
+) -> PreTrainedTokenizerBase | None:
+    """A tokenizer object as given; a path the user named must load; the model's own directory may lack one."""
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return tokenizer
+    if tokenizer is not None:
+        try:
+            return AutoTokenizer.from_pretrained(tokenizer)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"tokenizer: cannot load a tokenizer from {str(tokenizer)!r}: {exc}") from exc
+    if model_path is None:
+        return None
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError):
         return None  # a weights-only directory: prompts must then be token ids
 

@@ -249,21 +249,15 @@ def push_weights(
 ) -> int:
     """Updates every server of `client` (a RolloutClient, or a WeightPusher); returns the new version.
 
-    A RolloutClient gets one WeightPusher, kept as `client.weight_pusher`, so the distributed group
-    set up by the first distributed update is reused by the next ones.
+    A RolloutClient has one WeightPusher, `client.weight_pusher`, so the distributed group set up by
+    the first distributed update is reused by the next ones.
     """
     return pusher_for(client).push(model_or_named_tensors, transport, version, **kwargs)
 
 
 def pusher_for(client: Any) -> WeightPusher:
-    """The client's WeightPusher, created on first use from its `channels` and `metadata`."""
-    if isinstance(client, WeightPusher):
-        return client
-    pusher = getattr(client, "weight_pusher", None)
-    if pusher is None:
-        pusher = WeightPusher(client.channels, getattr(client, "metadata", ()))
-        client.weight_pusher = pusher
-    return pusher
+    """`client` itself if it is a WeightPusher, else the RolloutClient's `weight_pusher`."""
+    return client if isinstance(client, WeightPusher) else client.weight_pusher
 
 
 def _named(model_or_named_tensors: nn.Module | NamedTensors) -> list[tuple[str, torch.Tensor]]:

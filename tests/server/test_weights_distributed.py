@@ -57,7 +57,10 @@ def addresses_of(procs: list[subprocess.Popen]) -> list[str]:
 @pytest.mark.slow
 def test_trainer_updates_two_server_processes_several_times_over_one_group() -> None:
     with server_processes(2) as procs, RolloutClient(addresses_of(procs)) as client:
-        groups = set()
+        client.weight_pusher.init_group(
+            timeout_s=60
+        )  # ahead of the first push, as docs/weight_updates.md shows
+        groups = {id(client.weight_pusher._group)}
         for version, seed in enumerate((1, 2, 0), start=1):
             new = tiny_model(seed=seed)
             assert client.update_weights(new, "distributed", bucket_bytes=64_000, timeout_s=60) == version

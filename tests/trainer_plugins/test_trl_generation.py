@@ -25,7 +25,7 @@ from trainer_plugins.trl import RolloutBatch, RolloutConfig, RolloutGRPOTrainer,
 class LocalClient:
     """RolloutClient's surface over an in-process LLM; `restart()` forgets pushed weights."""
 
-    def __init__(self, target: str | list[str], token: str | None = None) -> None:
+    def __init__(self, target: str | list[str], token: str | None = None, tls: object = None) -> None:
         self.addresses = ["local"]
         self.tokenizer = make_tokenizer()
         self.restart()

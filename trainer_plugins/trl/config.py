@@ -17,6 +17,8 @@ class RolloutConfig:
     """Connection and weight-sync settings of `RolloutGRPOTrainer`.
 
     `server`: one "host:port" or a list of them (every server gets every weight update).
+    `token`: bearer token (`rollout serve --token`). `tls`: None plaintext, True TLS with the system
+    roots, or the path of a PEM root certificate to trust (`rollout serve --tls-cert/--tls-key`).
     `transport`: how weights travel ("grpc" works anywhere; "distributed" needs a reachable
     torch.distributed rendezvous; "disk" a directory both sides can read).
     `transport_options`: extra keyword arguments for `RolloutClient.update_weights`
@@ -26,6 +28,7 @@ class RolloutConfig:
 
     server: str | list[str] = "127.0.0.1:50051"
     token: str | None = None
+    tls: bool | str | None = None
     transport: str = "grpc"
     transport_options: dict[str, Any] = field(default_factory=dict)
     wait_timeout: float = 240.0

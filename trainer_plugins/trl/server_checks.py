@@ -30,7 +30,7 @@ class RolloutModelMismatch(ValueError):
 
 def connect(config: RolloutConfig) -> RolloutClient:
     """Opens a client and waits up to `config.wait_timeout` seconds for every server to be ready."""
-    client = RolloutClient(config.server, token=config.token)
+    client = RolloutClient(config.server, token=config.token, tls=config.tls)
     wait_ready(client, config)
     return client
 
