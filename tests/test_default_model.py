@@ -16,6 +16,8 @@ from rollout.assets import default_model_path
 from rollout.tasks import addition
 
 MAX_BYTES = 10 * 1024 * 1024
+# The weights scripts/train_default_model.py produced for this release; retraining updates it on purpose.
+SHIPPED_WEIGHTS_SHA256 = "9380166d105d99b27f68c6915a6e5ad8473872e4417f6b7c9d1ad9d28c3101b3"
 
 
 def load_default_model() -> tuple[PreTrainedModel, AutoTokenizer]:
@@ -30,6 +32,9 @@ def test_default_model_files_match_checksums() -> None:
     assert set(recorded) == shipped
     for name, digest in recorded.items():
         assert hashlib.sha256((path / name).read_bytes()).hexdigest() == digest, name
+    assert (
+        recorded["model.safetensors"] == SHIPPED_WEIGHTS_SHA256
+    )  # a swapped model plus a regenerated record fails
 
 
 def test_default_model_is_under_10_mb() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,18 +15,21 @@ from rollout.client import RolloutClient
 from rollout.outputs import RequestOutput
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def served_address(server: subprocess.Popen, timeout: float = 120.0) -> str:
+    """The address `rollout serve --port 0` announces once it listens (no port picked then released)."""
+    deadline = time.monotonic() + timeout
+    for line in server.stdout:
+        if line.startswith("rollout serving "):
+            return line.split(" on ")[-1].strip()
+        assert time.monotonic() < deadline, "the server never announced its address"
+    raise AssertionError(f"the server exited with {server.wait()} before listening")
 
 
 def test_sigterm_finishes_running_requests_then_exits_cleanly() -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "rollout.cli", "serve", "--port", str(port), "--grace", "60"]
+    command = [sys.executable, "-m", "rollout.cli", "serve", "--port", "0", "--grace", "60"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        client = RolloutClient(f"127.0.0.1:{port}", timeout=120, max_retries=0)
+        client = RolloutClient(served_address(server), timeout=120, max_retries=0)
         client.wait_until_ready(120)
         params = SamplingParams(n=8, max_tokens=48, temperature=1.0, ignore_eos=True, logprobs=0)
         prompts = [[1, 5 + i % 10, 14, 6, 15] for i in range(64)]  # "<bos>d+2=": 512 samples of 48 tokens

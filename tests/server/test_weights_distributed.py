@@ -83,3 +83,24 @@ def test_a_dead_server_is_named_and_the_live_one_keeps_its_weights() -> None:
         assert dead in info.value.failures
         with RolloutClient(live) as one:
             assert greedy_tokens(one) == reference_tokens(1)
+
+
+@pytest.mark.slow
+def test_one_refusal_aborts_the_broadcast_for_every_server_and_the_group_survives() -> None:
+    with server_processes(2) as procs, RolloutClient(addresses_of(procs)) as client:
+        assert client.update_weights(tiny_model(seed=1), "distributed", timeout_s=60) == 1
+        ahead, behind = client.addresses
+        with RolloutClient(ahead) as one:  # one server moves to version 5 on its own
+            assert one.update_weights(tiny_model(seed=1), "grpc", version=5) == 5
+        with pytest.raises(WeightSyncError) as info:  # version 3 is behind `ahead`: it refuses
+            client.update_weights(tiny_model(seed=2), "distributed", version=3, timeout_s=60)
+        assert list(info.value.failures) == [ahead] and "version" in info.value.failures[ahead]
+        for address, version in ((ahead, 5), (behind, 1)):  # nobody entered the broadcast
+            assert client.server_info(address).weight_version == version
+            with RolloutClient(address) as one:
+                assert greedy_tokens(one) == reference_tokens(1), address
+        assert client.update_weights(tiny_model(seed=2), "distributed", version=6, timeout_s=60) == 6
+        for address in client.addresses:  # the same group carries the next update to both
+            assert client.server_info(address).weight_version == 6
+            with RolloutClient(address) as one:
+                assert greedy_tokens(one) == reference_tokens(2), address

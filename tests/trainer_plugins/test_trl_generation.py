@@ -20,6 +20,7 @@ from rollout import LLM  # noqa: E402
 from rollout.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from rollout.sampling_params import SamplingParams  # noqa: E402
 from trainer_plugins.trl import RolloutBatch, RolloutConfig, RolloutGRPOTrainer, server_checks  # noqa: E402
+from trainer_plugins.trl.generation import StaleWeightsError  # noqa: E402
 
 
 class LocalClient:
@@ -30,12 +31,15 @@ class LocalClient:
         self.tokenizer = make_tokenizer()
         self.restart()
         self.calls: list[tuple[int, SamplingParams]] = []
+        self.down = False  # a server that died and does not come back
+        self.before_generate = lambda: None  # e.g. another writer pushing its own weights
 
     def restart(self) -> None:
         self.llm = LLM(model=make_model(self.tokenizer, seed=1), tokenizer=self.tokenizer)
 
     def wait_until_ready(self, timeout: float) -> None:
-        return None
+        if self.down:
+            raise TimeoutError(f"server local not SERVING after {timeout} s")
 
     def server_info(self, address: str | None = None) -> SimpleNamespace:
         info = self.llm.engine.model_info
@@ -45,6 +49,7 @@ class LocalClient:
 
     def generate(self, prompts: list, params: SamplingParams) -> list[RequestOutput]:
         self.calls.append((len(prompts), params))
+        self.before_generate()
         return self.llm.generate(prompts, params)
 
     def update_weights(self, named_tensors: list, transport: str = "grpc") -> int:
@@ -123,6 +128,33 @@ def test_a_server_that_lost_the_weights_gets_them_again_before_generating(tmp_pa
     assert pushes == [1, 2, 1, 2]  # the restarted server got push 2 again, then push 3
     diffs = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]
     assert max(diffs) < 1e-4  # no round sampled from the restarted server's own weights
+
+
+def test_a_server_that_dies_for_good_mid_training_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    trainer = make_trainer(tmp_path, monkeypatch)
+    backend = trainer.vllm_generation
+    push = backend.sync_weights
+
+    def push_then_die() -> None:
+        push()
+        backend.client.down = True
+
+    backend.sync_weights = push_then_die
+    with pytest.raises(
+        server_checks.RolloutServerUnavailable, match="no rollout server ready at 127.0.0.1:50051"
+    ):
+        trainer.train()
+    assert backend.pushed_version == 1 and trainer.state.global_step == 0  # nothing trained on stale samples
+
+
+def test_another_writer_pushing_every_round_is_refused_not_trained_on(tmp_path, monkeypatch) -> None:
+    trainer = make_trainer(tmp_path, monkeypatch)
+    client = trainer.rollout_client
+    intruder = list(make_model(make_tokenizer(), seed=7).named_parameters())
+    client.before_generate = lambda: client.llm.update_weights(intruder)
+    with pytest.raises(StaleWeightsError, match="another trainer pushing"):
+        trainer.train()
+    assert trainer.state.global_step == 0
 
 
 def test_generation_kwargs_without_a_rollout_equivalent_are_refused(tmp_path, monkeypatch) -> None:

@@ -19,6 +19,7 @@ pytest.importorskip("rollout.client")
 from peft import LoraConfig  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
+    announced_address,
     free_port,
     length_reward,
     make_dataset,
@@ -52,10 +53,10 @@ def running_server(tmp_path: Path, seed: int = 1, vocab_size: int | None = None)
         tokenizer = make_tokenizer()
         make_model(tokenizer, seed, vocab_size).save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
-    port = free_port()
-    process = start_server(model_dir, port, tmp_path / f"server_{port}.log")
+    log_path = tmp_path / f"server_{model_dir.name}.log"
+    process = start_server(model_dir, 0, log_path)
     try:
-        yield f"127.0.0.1:{port}"
+        yield announced_address(process, log_path)
     finally:
         stop_server(process)
 
@@ -156,7 +157,7 @@ def test_each_round_pushes_once_and_server_matches_trainer(tmp_path: Path) -> No
         h["sampling/sampling_logp_difference/mean"] for h in trainer.state.log_history if "loss" in h
     ]
     print(f"server vs trainer logprob mean abs diff: {mean_diff:.3e}; TRL's own metric per step: {trl_diffs}")
-    assert mean_diff < 1e-4
+    assert max(recorder.logprob_diffs) < 1e-4  # every sampled token, not just on average
     assert len(trl_diffs) == 3 and max(trl_diffs) < 1e-4
 
 

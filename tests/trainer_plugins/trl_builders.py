@@ -87,6 +87,21 @@ def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
 
+def announced_address(process: subprocess.Popen, log_path: Path, timeout: float = 120.0) -> str:
+    """The address a `serve --port 0` child announces in its log once it listens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("rollout serving "):
+                return line.split(" on ")[-1].strip()
+        if process.poll() is not None:
+            raise AssertionError(
+                f"rollout serve exited with {process.returncode}: {log_path.read_text()[-2000:]}"
+            )
+        time.sleep(0.05)
+    raise AssertionError(f"rollout serve announced no address within {timeout} s")
+
+
 def stop_server(process: subprocess.Popen, timeout: float = 15.0) -> None:
     process.terminate()
     try:
