@@ -83,3 +83,30 @@ def start_stalled_stream(channel: grpc.Channel, num_chunks: int) -> grpc.Future:
     call = weights_pb2_grpc.WeightSyncServiceStub(channel).UpdateWeights.future(requests())
     assert sent.wait(30)
     return call
+
+
+def test_a_bad_manifest_is_refused_before_any_chunk_is_sent() -> None:
+    named = unique_named_tensors({**tiny_model(seed=1).state_dict(), "model.norm.weight": torch.zeros(3)})
+    header = weights_pb2.WeightUpdateHeader(
+        manifest=manifest_to_proto(Manifest.of(named)), options=commit_options(None, False)
+    )
+    release, chunks_sent = threading.Event(), []
+
+    def requests():
+        messages = stream_requests(header, named, 1024)
+        yield next(messages)  # the header alone; the chunks wait until the server has answered
+        release.wait(30)
+        for message in messages:
+            chunks_sent.append(message)
+            yield message
+
+    with weight_server(seed=0) as server:
+        stub = weights_pb2_grpc.WeightSyncServiceStub(grpc.insecure_channel(server.address))
+        call = stub.UpdateWeights.future(requests())
+        try:
+            error = call.exception(timeout=20)  # a server that waited for the bytes would time out here
+        finally:
+            release.set()
+        assert chunks_sent == []
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "model.norm.weight" in error.details()
+        assert server.loop.engine.weight_version == 0
