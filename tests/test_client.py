@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from rollout import SamplingParams
 from rollout.client import RolloutClient
 from tests.builders import random_prompts, tiny_llm
-from tests.server.server_builders import serving
+from tests.server.server_builders import make_engine, serving, slow_steps, wait_for
 
 GREEDY = SamplingParams(n=2, max_tokens=6, temperature=0.0)
 
@@ -40,31 +39,43 @@ def test_reusing_a_request_id_prefix_returns_the_first_results_without_generatin
 def test_unavailable_server_is_retried_until_it_resumes() -> None:
     with serving() as server, RolloutClient(server.address, max_retries=8) as client:
         client.pause()
-        threading.Timer(0.3, client.resume).start()
-        out = client.generate([[5, 6]], GREEDY)
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(client.generate, [[5, 6]], GREEDY)
+            wait_for(lambda: server.loop.counters["rejected_unavailable"] >= 1, what="a refused attempt")
+            client.resume()
+            out = pending.result(timeout=30)
+        assert server.loop.counters["accepted"] == 1
     assert len(out[0].outputs) == 2
 
 
 def test_deadline_exceeded_aborts_the_request_on_the_server() -> None:
     long = SamplingParams(n=2, max_tokens=450, ignore_eos=True)
-    with serving() as server, RolloutClient(server.address) as client:
+    engine = make_engine()
+    finished = slow_steps(engine)  # 450 steps take over 4 s, far past the deadline
+    with serving(engine) as server, RolloutClient(server.address) as client:
         with pytest.raises(grpc.RpcError) as info:
-            client.generate([list(range(3, 50))], long, timeout=0.3)
+            client.generate([list(range(3, 50))], long, request_id_prefix="late", timeout=0.5)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        deadline = time.monotonic() + 30
-        while server.loop.stats()["num_requests_unfinished"] and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert server.loop.counters["accepted"] == 1, "the request never reached the server"
+        wait_for(lambda: server.loop.stats()["num_requests_unfinished"] == 0, what="no unfinished request")
         stats = server.loop.call(lambda e: e.stats())
+    assert [c.finish_reason for c in finished["late-0"]] == ["abort", "abort"]
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
 
 
 def test_abort_by_request_id_finishes_samples_with_abort() -> None:
     long = SamplingParams(n=2, max_tokens=450, ignore_eos=True)
-    with serving() as server, RolloutClient(server.address) as client:
-        threading.Timer(0.2, lambda: client.abort("job-0")).start()
-        out = client.generate([[5, 6, 7]], long, request_id_prefix="job")
+    engine = make_engine()
+    slow_steps(engine)  # 450 steps take over 4 s: only the abort can end it sooner
+    with serving(engine) as server, RolloutClient(server.address) as client:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(client.generate, [[5, 6, 7]], long, "job")
+            wait_for(lambda: server.loop.stats()["num_running_seqs"] == 2, what="2 running samples")
+            assert client.abort("job-0")
+            out = pending.result(timeout=30)
         assert not client.abort("job-0")  # finished now
     assert [c.finish_reason for c in out[0].outputs] == ["abort", "abort"]
+    assert all(len(c.token_ids) < 450 for c in out[0].outputs)
 
 
 def test_wait_until_ready_times_out_without_a_server() -> None:

@@ -57,7 +57,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GenerateRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.GenerateResponse]:
         handle = self._submit(request, context)
-        context.add_callback(handle.cancel)  # fires on cancel, disconnect, deadline and normal end
+        _cancel_when_done(context, handle)
         index = {r: i for i, r in enumerate(handle.request_ids)}
         sent_prompt: set[str] = set()
         n = handle.submissions[handle.request_ids[0]].params.n
@@ -83,7 +83,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GenerateBatchRequest, context: grpc.ServicerContext
     ) -> pb.GenerateBatchResponse:
         handle = self._submit(request, context)
-        context.add_callback(handle.cancel)
+        _cancel_when_done(context, handle)
         try:
             outputs = handle.result()
         except HandleCancelledError:
@@ -187,6 +187,16 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             action()
         except Exception as exc:
             abort_with(context, exc)
+
+
+def _cancel_when_done(context: grpc.ServicerContext, handle: RequestHandle) -> None:
+    """Cancels `handle` when the RPC ends (cancel, disconnect, deadline, normal end).
+
+    gRPC refuses the callback of an RPC that already ended, e.g. a client that left while the request
+    was being submitted; the handle is cancelled at once then, or its request would run to the end.
+    """
+    if not context.add_callback(handle.cancel):
+        handle.cancel()
 
 
 def _deadline_seconds(context: grpc.ServicerContext) -> float | None:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
 from rollout import EngineConfig
 from rollout.client import RolloutClient
 from rollout.engine.llm_engine import LLMEngine
+from rollout.outputs import CompletionOutput
 from rollout.server.app import RolloutServer
 from rollout.server.engine_loop import EngineLoop
 from tests.builders import tiny_model
@@ -17,6 +23,45 @@ def make_engine(seed: int = 0, tokenizer: object | None = None, **config: object
     config.setdefault("num_blocks", 256)
     config.setdefault("max_num_seqs", 64)
     return LLMEngine(tiny_model("llama", seed), tokenizer, EngineConfig(**config))
+
+
+def slow_steps(engine: LLMEngine, delay: float = 0.01) -> dict[str, list[CompletionOutput]]:
+    """Makes every step of `engine` sleep `delay` s first; returns each request id's finished samples.
+
+    A tiny engine steps in about a millisecond, so a 450-token request would finish before a test can
+    cancel it; at 10 ms a step it needs over 4 s, and its finish reasons show whether it was cut short.
+    """
+    finished: dict[str, list[CompletionOutput]] = defaultdict(list)
+    step = engine.step
+
+    def slow_step() -> list:
+        time.sleep(delay)
+        outputs = step()
+        for out in outputs:
+            finished[out.request_id].extend(c for c in out.outputs if c.finish_reason is not None)
+        return outputs
+
+    engine.step = slow_step
+    return finished
+
+
+def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer (ids 3.. are characters) that fits the tiny model's vocabulary."""
+    chars = "abcdefghijklmnopqrstuvwxyz <>/"
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+    tokenizer.chat_template = chat_template
+    return tokenizer
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Polls `predicate`; fails the test (never hangs it) if it is not true within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.005)
 
 
 @contextmanager

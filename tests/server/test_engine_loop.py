@@ -15,7 +15,7 @@ from rollout.server.engine_loop import (
     RequestConflictError,
 )
 from rollout.server.handle import Submission
-from tests.server.server_builders import make_engine
+from tests.server.server_builders import make_engine, slow_steps, wait_for
 
 GREEDY = SamplingParams(n=2, max_tokens=6, temperature=0.0)
 
@@ -88,12 +88,16 @@ def test_run_exclusive_waits_for_running_requests_and_new_ones_queue() -> None:
 
 
 def test_run_exclusive_with_abort_running_aborts_and_returns_fn_result() -> None:
-    with make_loop() as loop:
-        running = loop.submit([sub("a", params=SamplingParams(n=3, max_tokens=200, ignore_eos=True))])
-        assert loop.run_exclusive(lambda e: e.num_unfinished_requests, abort_running=True) == 0
+    engine = make_engine()
+    slow_steps(engine)  # 400 steps take over 4 s: only the abort can end the request sooner
+    with EngineLoop(engine).start() as loop:
+        running = loop.submit([sub("a", params=SamplingParams(n=3, max_tokens=400, ignore_eos=True))])
+        # an exclusive job stops admission, so the request must be in the engine before it is asked
+        wait_for(lambda: loop.stats()["num_running_seqs"] == 3, what="3 running samples")
+        assert loop.run_exclusive(lambda e: e.num_unfinished_requests, abort_running=True, timeout=30) == 0
         (out,) = running.result(timeout=30)
-        assert {c.finish_reason for c in out.outputs} <= {"abort", "length"}
-        assert len(out.outputs) == 3
+    assert [c.finish_reason for c in out.outputs] == ["abort"] * 3
+    assert all(len(c.token_ids) < 400 for c in out.outputs)
 
 
 def test_run_exclusive_reraises_the_exception_of_fn() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,10 +10,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout import SamplingParams
+from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.metrics import serve_metrics_http
+from rollout.server.metrics import Metrics, serve_metrics_http
+from rollout.server.servicer import RolloutServicer
 from tests.builders import random_prompts, tiny_llm
-from tests.server.server_builders import client_for, make_engine, serving
+from tests.server.server_builders import client_for, make_engine, serving, slow_steps, wait_for
 
 
 def test_greedy_through_the_client_equals_offline_llm() -> None:
@@ -45,24 +46,57 @@ def test_concurrent_clients_each_get_what_they_get_alone_and_no_block_leaks() ->
     assert stats["num_running_seqs"] == stats["num_waiting_seqs"] == 0
 
 
-def test_cancelled_stream_frees_its_blocks_and_others_are_unaffected() -> None:
+def test_cancelled_stream_aborts_its_request_frees_its_blocks_and_others_are_unaffected() -> None:
     long_params = pb.SamplingParams(n=4, max_tokens=450, ignore_eos=True)
     prompt = pb.Prompt(token_ids=pb.TokenIds(ids=list(range(3, 40))))
     short = SamplingParams(n=2, max_tokens=8, temperature=0.0)
     expected = tiny_llm(max_num_seqs=64).generate([[5, 6, 7]], short)[0].outputs
-    with serving() as server, client_for(server) as client:
+    engine = make_engine()
+    finished = slow_steps(engine)  # 450 steps take over 4 s: only a cancel can end it sooner
+    with serving(engine) as server, client_for(server) as client:
         stream = client.stubs[server.address].Generate(
-            pb.GenerateRequest(prompts=[prompt], params=long_params)
+            pb.GenerateRequest(request_id="long", prompts=[prompt], params=long_params)
         )
-        _wait_for(lambda: server.loop.stats()["num_running_seqs"] == 4)
+        wait_for(lambda: server.loop.stats()["num_running_seqs"] == 4, what="4 running samples")
         result: list = []
         other = threading.Thread(target=lambda: result.append(client.generate([[5, 6, 7]], short)))
         other.start()
         stream.cancel()
         other.join(30)
-        _wait_for(lambda: server.loop.stats()["num_requests_unfinished"] == 0)
+        assert not other.is_alive(), "the other client's request did not finish"
+        wait_for(lambda: server.loop.stats()["num_requests_unfinished"] == 0, what="no unfinished request")
         stats = server.loop.call(lambda e: e.stats())
     assert result[0][0].outputs == expected
+    cut = finished["long-0"]
+    assert [c.finish_reason for c in cut] == ["abort"] * 4
+    assert all(len(c.token_ids) < 450 for c in cut)
+    assert stats["num_blocks_free"] == stats["num_blocks_total"]
+
+
+class _EndedContext:
+    """The context of an RPC whose client left before the handler registered its callbacks."""
+
+    def add_callback(self, callback: object) -> bool:
+        return False  # what gRPC answers once the RPC has terminated
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise AssertionError(f"unexpected abort: {code} {details}")
+
+
+def test_a_client_gone_before_the_handler_registers_its_callback_still_aborts_its_request() -> None:
+    engine = make_engine()
+    slow_steps(engine)  # 450 steps take over 4 s: only an abort can end it sooner
+    request = pb.GenerateRequest(
+        request_id="gone",
+        prompts=[pb.Prompt(token_ids=pb.TokenIds(ids=[5, 6, 7]))],
+        params=pb.SamplingParams(n=2, max_tokens=450, ignore_eos=True),
+    )
+    with EngineLoop(engine).start() as loop:
+        servicer = RolloutServicer(loop, Metrics(loop))
+        assert list(servicer.Generate(request, _EndedContext())) == []
+        wait_for(lambda: loop.stats()["num_requests_unfinished"] == 0, what="no unfinished request")
+        stats = loop.call(lambda e: e.stats())
+    assert loop.counters["finished"] == 1 and stats["num_generated_tokens"] < 450
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
 
 
@@ -114,10 +148,3 @@ def test_tokens_per_second_is_the_rate_over_the_window() -> None:
         assert metrics.tokens_per_second(g0 + 700, now=t0 + 40.0) == (700 - 400) / (
             40.0 - 4.0
         )  # old points leave
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
