@@ -7,6 +7,13 @@ from rollout import SamplingParams
 from tests.builders import random_prompts, reference_copy, tiny_llm
 
 TOL = 1e-4
+FILTERS = {
+    "top_k": dict(temperature=0.7, top_k=20),
+    "top_p": dict(temperature=0.9, top_p=0.8),
+    "min_p": dict(temperature=1.0, min_p=0.1),
+    "repetition_penalty": dict(temperature=0.8, repetition_penalty=1.3),
+    "combined": dict(temperature=0.8, repetition_penalty=1.2, top_k=30, top_p=0.9, min_p=0.05),
+}
 
 
 def teacher_forced_logits(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -16,32 +23,68 @@ def teacher_forced_logits(model, prompt: list[int], completion: list[int]) -> to
     return logits[len(prompt) - 1 : -1]
 
 
-def processed(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
-    logits = logits / temperature
-    kth = logits.topk(top_k, dim=-1).values[:, -1:]
-    return torch.log_softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1)
+def processed(
+    logits: torch.Tensor, prompt: list[int], completion: list[int], params: SamplingParams
+) -> torch.Tensor:
+    """[len(completion), vocab] log-probabilities of the distribution each token was drawn from."""
+    rows = [processed_row(row, prompt + completion[:t], params) for t, row in enumerate(logits.double())]
+    return torch.stack(rows).float()
 
 
-@pytest.mark.parametrize("mode", ["processed", "raw"])
-def test_sampled_token_logprobs_equal_teacher_forced_forward(mode: str) -> None:
+def processed_row(logits: torch.Tensor, seen: list[int], params: SamplingParams) -> torch.Tensor:
+    """The documented order: repetition penalty (transformers' rule, over prompt + output so far), temperature,
+    then top-k, top-p and min-p, each on the renormalised survivors of the one before."""
+    logits = logits.clone()
+    for token in set(seen):
+        value = logits[token]
+        logits[token] = value / params.repetition_penalty if value > 0 else value * params.repetition_penalty
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_k:
+        probs = restrict(probs, probs >= probs.topk(params.top_k).values[-1])
+    if params.top_p < 1.0:
+        values, ids = probs.sort(descending=True)
+        nucleus = ids[values.cumsum(0) - values < params.top_p]  # the mass before a token is still < p
+        probs = restrict(probs, torch.isin(torch.arange(len(probs)), nucleus))
+    if params.min_p:
+        probs = restrict(probs, probs >= params.min_p * probs.max())
+    return probs.log()
+
+
+def restrict(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    kept = probs * keep
+    return kept / kept.sum()
+
+
+def assert_top_logprobs_match(top: dict[int, float], expected: torch.Tensor, k: int) -> None:
+    """The k best of `expected` with their values; slots past the distribution's support hold -inf."""
+    assert len(top) == k
+    values, ids = expected.topk(min(k, int(expected.isfinite().sum())))
+    for token, value in zip(ids.tolist(), values.tolist(), strict=True):
+        assert token in top and abs(top[token] - value) <= TOL, (token, top, value)
+    assert all(value == float("-inf") for token, value in top.items() if token not in ids.tolist())
+
+
+@pytest.mark.parametrize(
+    "mode, filters",
+    [*(("processed", name) for name in FILTERS), ("raw", "combined")],
+)
+def test_sampled_token_logprobs_equal_teacher_forced_forward(mode: str, filters: str) -> None:
     llm = tiny_llm("qwen2", seed=5)
     reference = reference_copy(llm.engine.model)
-    params = SamplingParams(
-        n=3, temperature=0.7, top_k=20, max_tokens=20, seed=0, logprobs=3, logprobs_mode=mode
-    )
-    for prompt, out in zip(
-        random_prompts(3, 5, 40, seed=6), llm.generate(random_prompts(3, 5, 40, seed=6), params), strict=True
-    ):
+    params = SamplingParams(n=3, max_tokens=20, seed=0, logprobs=3, logprobs_mode=mode, **FILTERS[filters])
+    prompts = random_prompts(3, 5, 40, seed=6)
+    for prompt, out in zip(prompts, llm.generate(prompts, params), strict=True):
         for sample in out.outputs:
             logits = teacher_forced_logits(reference, prompt, sample.token_ids)
-            expected = torch.log_softmax(logits, -1) if mode == "raw" else processed(logits, 0.7, 20)
+            if mode == "raw":
+                expected = torch.log_softmax(logits, -1)
+            else:
+                expected = processed(logits, prompt, sample.token_ids, params)
             got = torch.tensor(sample.logprobs)
             want = expected.gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
             assert (got - want).abs().max().item() <= TOL
             for position, top in enumerate(sample.top_logprobs):
-                values, ids = expected[position].topk(3)
-                assert sorted(top) == sorted(ids.tolist())
-                assert max(abs(top[i] - v) for i, v in zip(ids.tolist(), values.tolist(), strict=True)) <= TOL
+                assert_top_logprobs_match(top, expected[position], k=3)
 
 
 def test_greedy_processed_logprobs_are_the_unscaled_log_softmax() -> None:

@@ -1,18 +1,34 @@
-"""Chunked prefill, a tiny token budget and forced preemption give the unconstrained greedy output."""
+"""Chunked prefill, a tiny token budget and forced preemption give the unconstrained output: the same
+tokens, and for seeded sampling the same logprobs (atol 1e-5)."""
 
 import pytest
+import torch
 
-from rollout import SamplingParams
+from rollout import CompletionOutput, SamplingParams
 from tests.builders import random_prompts, tiny_llm
 
 GREEDY = SamplingParams(n=2, temperature=0, max_tokens=20, ignore_eos=True)
-SEEDED = SamplingParams(n=3, temperature=1.0, max_tokens=20, ignore_eos=True, seed=11, logprobs=0)
+SEEDED = SamplingParams(n=3, temperature=1.0, max_tokens=20, ignore_eos=True, seed=11, logprobs=2)
 
 
-def run(params: SamplingParams, **config: object) -> tuple[list[list[list[int]]], dict]:
+def run(params: SamplingParams, **config: object) -> tuple[list[CompletionOutput], dict]:
+    """Every sample, prompt by prompt; and the engine's stats."""
     llm = tiny_llm("llama", seed=2, **config)
     outs = llm.generate(random_prompts(6, 1, 90, seed=9), params)
-    return [[c.token_ids for c in out.outputs] for out in outs], llm.stats()
+    return [sample for out in outs for sample in out.outputs], llm.stats()
+
+
+def logprob_table(samples: list[CompletionOutput]) -> torch.Tensor:
+    """[samples, tokens, 1 + k]: each sampled token's logprob, then its top-k alternatives' by token id."""
+    return torch.tensor(
+        [
+            [
+                [logprob, *(top[t] for t in sorted(top))]
+                for logprob, top in zip(s.logprobs, s.top_logprobs, strict=True)
+            ]
+            for s in samples
+        ]
+    )
 
 
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
@@ -30,7 +46,12 @@ def test_constrained_scheduling_gives_the_unconstrained_output(
 ) -> None:
     expected, _ = run(params)
     got, stats = run(params, **constraint)
-    assert got == expected
+    assert [s.token_ids for s in got] == [s.token_ids for s in expected]
+    if params.logprobs is not None:
+        assert [[sorted(top) for top in s.top_logprobs] for s in got] == [
+            [sorted(top) for top in s.top_logprobs] for s in expected
+        ]
+        torch.testing.assert_close(logprob_table(got), logprob_table(expected), atol=1e-5, rtol=0)
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
     if "num_blocks" in constraint:
         assert stats["num_preemptions"] > 0

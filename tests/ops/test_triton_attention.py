@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 import torch
 
@@ -37,20 +35,20 @@ CASES = {"decode": DECODE_MIXED_CONTEXTS, "prefill": PREFILL_WITH_CONTEXT, "mixe
 PARTITION = 16  # small, so decode cases exercise the cross-partition reduce
 
 
-def assert_matches_reference(batch, scale: float = 0.25, note: str = "", **kwargs) -> None:
+def assert_matches_reference(batch, scale: float = 0.25, **kwargs) -> None:
     args = (batch.query, batch.key_cache, batch.value_cache, batch.meta, scale)
     out = tri.paged_attention(*args, partition_size=PARTITION, **kwargs)
     expected = ref.paged_attention(*args, **kwargs)
     tol = TOLERANCES[batch.query.dtype]
-    torch.testing.assert_close(out, expected, atol=tol, rtol=tol, msg=lambda m: f"{m}\n{note}")
+    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("seed", [101, 202, 303])  # fixed, so a failure reproduces; in the test id
 @pytest.mark.parametrize(("device", "dtype"), TARGETS)
 @pytest.mark.parametrize("case", CASES)
-def test_kernels_match_reference(paged_batch, device: str, dtype: torch.dtype, case: str) -> None:
-    seed = secrets.randbelow(2**31)  # fresh every run, reported on failure
+def test_kernels_match_reference(paged_batch, device: str, dtype: torch.dtype, case: str, seed: int) -> None:
     batch = paged_batch(*CASES[case], dtype=dtype, device=device, seed=seed)
-    assert_matches_reference(batch, note=f"seed={seed}")
+    assert_matches_reference(batch)
 
 
 @pytest.mark.parametrize(("device", "dtype"), TARGETS)
