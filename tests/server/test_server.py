@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,15 +34,29 @@ def test_concurrent_clients_each_get_what_they_get_alone_and_no_block_leaks() ->
     shapes = [SamplingParams(n=1 + i % 4, max_tokens=4 + (i * 7) % 20, temperature=0.0) for i in range(32)]
     alone_llm = tiny_llm(max_num_seqs=64)
     alone = [alone_llm.generate([p], s)[0].outputs for p, s in zip(prompts, shapes, strict=True)]
-    with serving() as server, client_for(server) as client:
+    engine = make_engine()
+    slow_steps(engine, delay=0.005)  # requests last long enough to overlap however the threads start
+    with serving(engine) as server:
+        running, done = [], threading.Event()
+
+        def watch() -> None:  # how many sequences the engine ran in one step, from its snapshots
+            while not done.is_set():
+                running.append(int(server.loop.stats()["num_running_seqs"]))
+                time.sleep(0.002)
+
+        def one_client(job: tuple[list[int], SamplingParams]) -> list:
+            with client_for(server, timeout=60) as client:  # a client (and channel) per caller
+                return client.generate([job[0]], job[1])[0].outputs
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         with ThreadPoolExecutor(32) as pool:
-            together = list(
-                pool.map(
-                    lambda ps: client.generate([ps[0]], ps[1])[0].outputs, zip(prompts, shapes, strict=True)
-                )
-            )
+            together = list(pool.map(one_client, zip(prompts, shapes, strict=True)))
+        done.set()
+        watcher.join(10)
         stats = server.loop.call(lambda e: e.stats())
     assert together == alone
+    assert max(running) >= 16  # the clients' requests shared engine steps
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
     assert stats["num_running_seqs"] == stats["num_waiting_seqs"] == 0
 
