@@ -7,6 +7,7 @@ implementation in the config and a reference model must not share it.
 from __future__ import annotations
 
 import torch
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -15,6 +16,7 @@ from transformers import (
     MistralConfig,
     MistralForCausalLM,
     PreTrainedModel,
+    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -98,3 +100,14 @@ def random_prompts(count: int, min_len: int, max_len: int, seed: int = 0) -> lis
     lengths = torch.randint(min_len, max_len + 1, (count,), generator=g).tolist()
     # ids 3.. avoid bos/eos/pad so prompts never contain a stop token
     return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in lengths]
+
+
+def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer (ids 3.. are characters) that fits the tiny model's vocabulary."""
+    chars = "abcdefghijklmnopqrstuvwxyz <>/"
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+    tokenizer.chat_template = chat_template
+    return tokenizer

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from rollout.cli import main
 from rollout.engine.llm_engine import LLMEngine
-from tests.builders import tiny_model
+from tests.builders import char_tokenizer, tiny_model
 from tests.server.server_builders import serving
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -19,13 +18,7 @@ CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% en
 def save_model(path: Path, chat_template: str | None = None) -> Path:
     """A tiny model plus a character-level tokenizer (ids 3.. are characters) in `path`."""
     tiny_model("llama").save_pretrained(path)
-    chars = "abcdefghijklmnopqrstuvwxyz <>/"
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
-    tokenizer.chat_template = chat_template
-    tokenizer.save_pretrained(path)
+    char_tokenizer(chat_template).save_pretrained(path)
     return path
 
 

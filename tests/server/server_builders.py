@@ -7,9 +7,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
 from rollout import EngineConfig
 from rollout.client import RolloutClient
 from rollout.engine.llm_engine import LLMEngine
@@ -43,17 +40,6 @@ def slow_steps(engine: LLMEngine, delay: float = 0.01) -> dict[str, list[Complet
 
     engine.step = slow_step
     return finished
-
-
-def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
-    """A character-level tokenizer (ids 3.. are characters) that fits the tiny model's vocabulary."""
-    chars = "abcdefghijklmnopqrstuvwxyz <>/"
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
-    tokenizer.chat_template = chat_template
-    return tokenizer
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:

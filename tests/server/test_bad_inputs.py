@@ -12,7 +12,8 @@ from rollout import SamplingParams
 from rollout.client import RolloutClient
 from rollout.server.app import RolloutServer
 from rollout.server.generated import rollout_pb2 as pb
-from tests.server.server_builders import char_tokenizer, make_engine, serving, wait_for
+from tests.builders import char_tokenizer
+from tests.server.server_builders import make_engine, serving, wait_for
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
