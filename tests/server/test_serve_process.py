@@ -3,33 +3,23 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 
 from rollout import SamplingParams
 from rollout.client import RolloutClient
 from rollout.outputs import RequestOutput
+from tests.serve_process import announced_address, log_tail, start_serve
 
 
-def served_address(server: subprocess.Popen, timeout: float = 120.0) -> str:
-    """The address `rollout serve --port 0` announces once it listens (no port picked then released)."""
-    deadline = time.monotonic() + timeout
-    for line in server.stdout:
-        if line.startswith("rollout serving "):
-            return line.split(" on ")[-1].strip()
-        assert time.monotonic() < deadline, "the server never announced its address"
-    raise AssertionError(f"the server exited with {server.wait()} before listening")
-
-
-def test_sigterm_finishes_running_requests_then_exits_cleanly() -> None:
-    command = [sys.executable, "-m", "rollout.cli", "serve", "--port", "0", "--grace", "60"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def test_sigterm_finishes_running_requests_then_exits_cleanly(tmp_path: Path) -> None:
+    log_path = tmp_path / "serve.log"
+    server = start_serve(["--port", "0", "--grace", "60"], log_path)
     try:
-        client = RolloutClient(served_address(server), timeout=120, max_retries=0)
+        client = RolloutClient(announced_address(server, log_path), timeout=120, max_retries=0)
         client.wait_until_ready(120)
         params = SamplingParams(n=8, max_tokens=48, temperature=1.0, ignore_eos=True, logprobs=0)
         prompts = [[1, 5 + i % 10, 14, 6, 15] for i in range(64)]  # "<bos>d+2=": 512 samples of 48 tokens
@@ -40,7 +30,7 @@ def test_sigterm_finishes_running_requests_then_exits_cleanly() -> None:
         assert worker.is_alive()  # the signal lands mid-generation
         server.send_signal(signal.SIGTERM)
         worker.join(120)
-        assert server.wait(60) == 0, server.stdout.read()[-2000:]
+        assert server.wait(60) == 0, log_tail(log_path)
     finally:
         if server.poll() is None:
             server.kill()

@@ -19,7 +19,6 @@ pytest.importorskip("rollout.client")
 from peft import LoraConfig  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
-    announced_address,
     free_port,
     length_reward,
     make_dataset,
@@ -27,11 +26,11 @@ from trl_builders import (  # noqa: E402
     make_tokenizer,
     save_model_dir,
     start_server,
-    stop_server,
 )
 
 from rollout.client import RolloutClient  # noqa: E402
 from rollout.sampling_params import SamplingParams  # noqa: E402
+from tests.serve_process import announced_address, stop_server  # noqa: E402
 from trainer_plugins.trl import (  # noqa: E402
     RolloutConfig,
     RolloutGRPOTrainer,

@@ -6,10 +6,8 @@ GRPO step on 2 CPU cores takes well under a second.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +16,10 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tests.serve_process import start_serve
+
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+= abcdefghijklmnopqrstuvwxyz:,.")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_tokenizer() -> PreTrainedTokenizerFast:
@@ -80,35 +79,8 @@ def free_port() -> int:
 
 
 def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
-    """`python -m rollout.cli serve` as a child process; the caller stops it with `stop_server`."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "rollout.cli", "serve", "--model", str(model_dir), "--port", str(port)]
-    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
-
-
-def announced_address(process: subprocess.Popen, log_path: Path, timeout: float = 120.0) -> str:
-    """The address a `serve --port 0` child announces in its log once it listens."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in log_path.read_text(errors="replace").splitlines():
-            if line.startswith("rollout serving "):
-                return line.split(" on ")[-1].strip()
-        if process.poll() is not None:
-            raise AssertionError(
-                f"rollout serve exited with {process.returncode}: {log_path.read_text()[-2000:]}"
-            )
-        time.sleep(0.05)
-    raise AssertionError(f"rollout serve announced no address within {timeout} s")
-
-
-def stop_server(process: subprocess.Popen, timeout: float = 15.0) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    """`rollout serve` of `model_dir` as a child process; the caller stops it with `stop_server`."""
+    return start_serve(["--model", str(model_dir), "--port", str(port)], log_path)
 
 
 def wait_for_exit_or(process: subprocess.Popen, seconds: float) -> None:
