@@ -102,7 +102,7 @@ class Metrics:
             lines,
             "generation_tokens_per_second",
             "gauge",
-            "Generated tokens/s over the last 30 s of scrapes (since start at first).",
+            f"Generated tokens/s over the last {self.window_s:g} s of scrapes (since start at first).",
             round(self.tokens_per_second(int(stats["num_generated_tokens"])), 3),
         )
         _add(
