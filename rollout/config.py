@@ -23,6 +23,8 @@ class EngineConfig:
     attention_backend: str = "auto"  # "auto" | "torch" | "triton"
     enforce_eager: bool = False  # CUDA only: False captures CUDA graphs for decode steps
     seed: int = 0
+    # Default SamplingParams.max_staleness for requests that leave it unset (None: no bound).
+    max_staleness: int | None = None
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)
@@ -30,6 +32,10 @@ class EngineConfig:
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         if self.num_blocks is not None:
             _positive("num_blocks", self.num_blocks)
+        if self.max_staleness is not None and (
+            not isinstance(self.max_staleness, int) or self.max_staleness < 0
+        ):
+            raise ValueError(f"max_staleness must be a non-negative integer, got {self.max_staleness!r}")
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
         if self.kv_cache_memory_gb is not None and self.kv_cache_memory_gb <= 0:

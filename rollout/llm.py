@@ -101,8 +101,11 @@ class LLM:
         self,
         named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
         version: int | None = None,
+        in_flight: str = "wait",
     ) -> int:
-        return self.engine.update_weights(named_tensors, version)
+        """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
+        requests left in `self.engine` (see rollout/engine/in_flight.py)."""
+        return self.engine.update_weights(named_tensors, version, in_flight)
 
     @property
     def weight_version(self) -> int:

@@ -9,7 +9,14 @@ FINISH_REASONS = ("stop", "length", "abort")
 
 @dataclass(slots=True)
 class CompletionOutput:
-    """One sample: its tokens, their logprobs, why it stopped and the weights that made it."""
+    """One sample: its tokens, their logprobs, why it stopped and the weights that made it.
+
+    `weight_versions` and `kv_versions` are spans `[(first output token index, version), ...]`:
+    the version that sampled each token, and the oldest weight version among the KV entries that
+    token attended to (older than the first only after an in-flight update with policy "keep").
+    `weight_version` is the oldest version that sampled any token (the request's version at
+    admission when there is none): the whole sample's version when only one made it.
+    """
 
     index: int
     token_ids: list[int]
@@ -18,6 +25,8 @@ class CompletionOutput:
     finish_reason: str
     weight_version: int
     text: str | None = None
+    weight_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_versions: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     logprobs_mode: str = "processed"
+    # Versions a sample's KV may fall behind the weights before its update's in-flight policy
+    # applies to it (None: the server's default; rollout/engine/in_flight.py).
+    max_staleness: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
@@ -53,6 +56,8 @@ class SamplingParams:
             _check_int("stop_token_ids", token_id, minimum=0)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, minimum=0)
+        if self.max_staleness is not None:
+            _check_int("max_staleness", self.max_staleness, minimum=0)
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
 

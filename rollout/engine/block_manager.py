@@ -110,6 +110,7 @@ class BlockManager:
         """The child shares every block of the parent; a shared partial block is copied on first write."""
         child.block_table = list(parent.block_table)
         child.block_hashes = list(parent.block_hashes)
+        child.kv_version = parent.kv_version
         for block_id in child.block_table:
             self.blocks[block_id].ref_cnt += 1
 
@@ -118,6 +119,7 @@ class BlockManager:
             self._release(block_id)
         seq.block_table.clear()
         seq.block_hashes.clear()
+        seq.kv_version = None
 
     def reset_prefix_cache(self) -> None:
         """Makes every cached block unfindable; blocks in use keep their KV and stay with their owners."""

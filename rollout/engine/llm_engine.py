@@ -18,9 +18,11 @@ from rollout.engine import model_loader
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
+from rollout.engine.in_flight import InFlightPolicy, InFlightReport
 from rollout.engine.kv_cache import KVCacheSpec
 from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
+from rollout.engine.provenance import extend_spans, oldest_version
 from rollout.engine.request import Request
 from rollout.engine.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
@@ -76,6 +78,8 @@ class LLMEngine:
         self._aborted: list[RequestOutput] = []
         self._num_generated_tokens = 0
         self._num_requests_finished = 0
+        self.in_flight_totals = InFlightReport()
+        self.last_in_flight = InFlightReport()
 
     @classmethod
     def from_pretrained(
@@ -175,8 +179,11 @@ class LLMEngine:
             self.scheduler.stats.num_prompt_tokens_computed += max(
                 0, min(seq.num_prompt_tokens - start, item.num_new_tokens)
             )
+            if seq.kv_version is None:
+                seq.kv_version = self._weight_version
             seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(seq)
+            if seq.kv_version == self._weight_version:  # KV kept across an update is never cached
+                self.block_manager.cache_full_blocks(seq)
             if samples:
                 sampling.append(seq)
         return self._sample_and_append(logits, self._expand_forks(sampling))
@@ -210,6 +217,8 @@ class LLMEngine:
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
+            extend_spans(seq.weight_versions, seq.num_output_tokens, self._weight_version)
+            extend_spans(seq.kv_versions, seq.num_output_tokens, seq.kv_version)
             seq.token_ids.append(out.token_ids[i])
             self._num_generated_tokens += 1
             if out.logprobs[i] is not None:
@@ -257,8 +266,10 @@ class LLMEngine:
             logprobs=list(seq.logprobs) if want else None,
             top_logprobs=list(seq.top_logprobs) if want and request.params.logprobs else None,
             finish_reason=seq.finish_reason or "abort",
-            weight_version=request.weight_version,
+            weight_version=oldest_version(seq.weight_versions, default=request.weight_version),
             text=text,
+            weight_versions=list(seq.weight_versions),
+            kv_versions=list(seq.kv_versions),
         )
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
@@ -283,17 +294,27 @@ class LLMEngine:
         self,
         named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
         version: int | None = None,
+        in_flight: str = "wait",
     ) -> int:
-        """Writes the tensors in place, atomically (all validated first), then commits a new version."""
-        if self.has_unfinished_requests():
+        """Writes the tensors in place, atomically (all validated first), then commits a new version.
+
+        Call it between two `step()`s. `in_flight` says what happens to unfinished requests
+        (rollout/engine/in_flight.py); "wait" refuses while there are any.
+        """
+        policy = InFlightPolicy(in_flight, self.config.max_staleness)
+        if policy.needs_idle and self.has_unfinished_requests():
             raise RuntimeError(
-                "update_weights needs an idle engine: drain or abort the unfinished requests first"
+                "update_weights needs an idle engine: drain or abort the unfinished requests first, "
+                'or pass in_flight="abort" | "keep" | "recompute"'
             )
         from rollout.weights.updater import apply_named_tensors, check_next_version
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
         apply_named_tensors(self.model, named_tensors)
-        return self.commit_weight_version(version)
+        version = self.commit_weight_version(version)
+        self.last_in_flight = policy.apply(self, version)
+        self.in_flight_totals.add(self.last_in_flight)
+        return version
 
     def commit_weight_version(self, version: int | None = None) -> int:
         if version is None:
@@ -321,6 +342,8 @@ class LLMEngine:
             "num_waiting_seqs": len(sched.waiting),
             "num_preemptions": sched.stats.num_preemptions,
             "weight_version": self._weight_version,
+            **self.in_flight_totals.as_stats("in_flight_"),
+            **self.last_in_flight.as_stats("last_update_"),
         }
 
     # ---- sizing -----------------------------------------------------------------------------

@@ -107,13 +107,23 @@ class Scheduler:
                 return False
         return True
 
+    def recompute(self, seqs: list[Sequence]) -> None:
+        """Drops the KV of running `seqs` (kept tokens, as a preemption does) and requeues them first,
+        in running order, so their KV is recomputed with the current weights."""
+        chosen = {id(seq) for seq in seqs}
+        for seq in reversed([s for s in self.running if id(s) in chosen]):
+            self._requeue(seq)
+
     def _preempt(self, seq: Sequence) -> None:
+        self._requeue(seq)
+        self.stats.num_preemptions += 1
+
+    def _requeue(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
-        self.stats.num_preemptions += 1
 
     def _admit_waiting(self, budget: int, out: SchedulerOutput) -> None:
         seats = sum(self._seats(s) for s in self.running)

@@ -39,6 +39,12 @@ class Sequence:
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     generator: torch.Generator | None = None
     finish_reason: str | None = None
+    # Provenance (rollout/engine/provenance.py): spans of (output token index, weight version) for
+    # the weights that sampled each token and the oldest KV each token attended to, and the oldest
+    # weight version among this sequence's computed KV (None while it has none).
+    weight_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_version: int | None = None
 
     @property
     def num_tokens(self) -> int:
