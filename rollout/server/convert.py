@@ -30,6 +30,7 @@ _OPTIONAL_FIELDS = (
     "repetition_penalty",
     "seed",
     "logprobs",
+    "max_staleness",
 )
 
 
@@ -87,6 +88,8 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         logprobs=sample.logprobs or [],
         finish_reason=_FINISH_TO_PB[sample.finish_reason],
         weight_version=sample.weight_version,
+        weight_versions=spans_to_proto(sample.weight_versions),
+        kv_versions=spans_to_proto(sample.kv_versions),
     )
     for position in sample.top_logprobs or []:
         entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
@@ -108,7 +111,17 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
         text=message.text if message.HasField("text") else None,
+        weight_versions=spans_from_proto(message.weight_versions),
+        kv_versions=spans_from_proto(message.kv_versions),
     )
+
+
+def spans_to_proto(spans: list[tuple[int, int]]) -> list[pb.VersionSpan]:
+    return [pb.VersionSpan(first_token_index=first, version=version) for first, version in spans]
+
+
+def spans_from_proto(messages) -> list[tuple[int, int]]:
+    return [(m.first_token_index, m.version) for m in messages]
 
 
 def result_to_proto(output: RequestOutput) -> pb.PromptResult:

@@ -2,8 +2,9 @@
 
 The servicer converts between protobuf and `rollout.weights`; the transfer happens on the RPC
 thread while generation goes on, and only the commit (an in-place copy plus a version bump) runs
-on the engine loop's thread through `run_exclusive`, which first drains or aborts running
-requests. Errors before the commit leave the model untouched.
+on the engine loop's thread: through `run_exclusive` (drains or aborts running requests first) for
+the in-flight policy "wait", between two engine steps for "abort", "keep" and "recompute". Errors
+before the commit leave the model untouched.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rollout.weights.updater import StagedWeights, check_next_version
 from rollout.weights.wire import (
     DEFAULT_GROUP_TIMEOUT_S,
     GROUP_BACKENDS,
+    in_flight_policy,
     manifest_from_proto,
     requested_version,
 )
@@ -40,6 +42,8 @@ class ExclusiveRunner(Protocol):
     engine: Any  # LLMEngine
 
     def run_exclusive(self, fn: Callable[[Any], T], abort_running: bool = False) -> T: ...
+
+    def call(self, fn: Callable[[Any], T]) -> T: ...
 
 
 class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
@@ -117,6 +121,7 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
     def _precheck(self, manifest: Manifest, options: weights_pb2.CommitOptions) -> None:
         """Refuses a bad manifest or version before any byte is received."""
         engine = self._loop.engine
+        in_flight_policy(options)
         check_next_version(engine.weight_version, requested_version(options))
         validate_manifest(manifest, model_targets(engine.model))
 
@@ -128,10 +133,13 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
         return None
 
     def _commit(self, tensors: dict[str, torch.Tensor], options: weights_pb2.CommitOptions) -> int:
-        version = requested_version(options)
-        return self._loop.run_exclusive(
-            lambda engine: engine.update_weights(tensors, version), options.abort_running
-        )
+        version, policy = requested_version(options), in_flight_policy(options)
+        if policy == "wait":
+            return self._loop.run_exclusive(
+                lambda engine: engine.update_weights(tensors, version), options.abort_running
+            )
+        # abort / keep / recompute commit between two steps, without waiting for an idle engine
+        return self._loop.call(lambda engine: engine.update_weights(tensors, version, in_flight=policy))
 
     def _close_group(self) -> None:
         group, self._group = self._group, None

@@ -65,15 +65,19 @@ class WeightPusher:
         transport: str = "grpc",
         version: int | None = None,
         abort_running: bool = False,
+        in_flight: str = "wait",
         **kwargs: Any,
     ) -> int:
-        """Updates every server; returns the version now serving (the highest, if they differ)."""
+        """Updates every server; returns the version now serving (the highest, if they differ).
+
+        `in_flight` ("wait" | "abort" | "keep" | "recompute") is what each server does to the
+        requests generating when it commits (rollout/engine/in_flight.py)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         named = None if model_or_named_tensors is None else _named(model_or_named_tensors)
         if named is None and transport != "disk":
             raise ValueError("model_or_named_tensors: required for the grpc and distributed transports")
-        options = commit_options(version, abort_running)
+        options = commit_options(version, abort_running, in_flight)
         if transport == "grpc":
             return self.push_grpc(named, options, **kwargs)
         if transport == "distributed":

@@ -15,6 +15,13 @@ GROUP_BACKENDS = {
     weights_pb2.WEIGHT_GROUP_BACKEND_NCCL: "nccl",
 }
 DEFAULT_GROUP_TIMEOUT_S = 120.0
+IN_FLIGHT_TO_PB = {
+    "wait": weights_pb2.IN_FLIGHT_POLICY_WAIT,
+    "abort": weights_pb2.IN_FLIGHT_POLICY_ABORT,
+    "keep": weights_pb2.IN_FLIGHT_POLICY_KEEP,
+    "recompute": weights_pb2.IN_FLIGHT_POLICY_RECOMPUTE,
+}
+_IN_FLIGHT_FROM_PB = {v: k for k, v in IN_FLIGHT_TO_PB.items()}
 
 
 def manifest_to_proto(manifest: Manifest) -> weights_pb2.WeightManifest:
@@ -26,8 +33,26 @@ def manifest_from_proto(message: weights_pb2.WeightManifest) -> Manifest:
     return Manifest(tuple(TensorSpec(t.name, tuple(t.shape), t.dtype) for t in message.tensors))
 
 
-def commit_options(version: int | None, abort_running: bool) -> weights_pb2.CommitOptions:
-    return weights_pb2.CommitOptions(version=version, abort_running=abort_running)
+def commit_options(
+    version: int | None, abort_running: bool, in_flight: str = "wait"
+) -> weights_pb2.CommitOptions:
+    if in_flight not in IN_FLIGHT_TO_PB:
+        raise ValueError(f"in_flight must be one of {tuple(IN_FLIGHT_TO_PB)}, got {in_flight!r}")
+    return weights_pb2.CommitOptions(
+        version=version, abort_running=abort_running, in_flight=IN_FLIGHT_TO_PB[in_flight]
+    )
+
+
+def in_flight_policy(options: weights_pb2.CommitOptions) -> str:
+    """The commit's in-flight policy name; unset means "wait". Raises ValueError naming the field."""
+    if options.in_flight == weights_pb2.IN_FLIGHT_POLICY_UNSPECIFIED:
+        return "wait"
+    policy = _IN_FLIGHT_FROM_PB.get(options.in_flight)
+    if policy is None:
+        raise ValueError(f"in_flight: unknown value {options.in_flight}")
+    if options.abort_running and policy != "wait":
+        raise ValueError(f"abort_running: only with in_flight wait (or unset), got in_flight {policy}")
+    return policy
 
 
 def requested_version(options: weights_pb2.CommitOptions) -> int | None:

@@ -7,11 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class InFlightPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IN_FLIGHT_POLICY_UNSPECIFIED: _ClassVar[InFlightPolicy]
+    IN_FLIGHT_POLICY_WAIT: _ClassVar[InFlightPolicy]
+    IN_FLIGHT_POLICY_ABORT: _ClassVar[InFlightPolicy]
+    IN_FLIGHT_POLICY_KEEP: _ClassVar[InFlightPolicy]
+    IN_FLIGHT_POLICY_RECOMPUTE: _ClassVar[InFlightPolicy]
+
 class WeightGroupBackend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WEIGHT_GROUP_BACKEND_UNSPECIFIED: _ClassVar[WeightGroupBackend]
     WEIGHT_GROUP_BACKEND_GLOO: _ClassVar[WeightGroupBackend]
     WEIGHT_GROUP_BACKEND_NCCL: _ClassVar[WeightGroupBackend]
+IN_FLIGHT_POLICY_UNSPECIFIED: InFlightPolicy
+IN_FLIGHT_POLICY_WAIT: InFlightPolicy
+IN_FLIGHT_POLICY_ABORT: InFlightPolicy
+IN_FLIGHT_POLICY_KEEP: InFlightPolicy
+IN_FLIGHT_POLICY_RECOMPUTE: InFlightPolicy
 WEIGHT_GROUP_BACKEND_UNSPECIFIED: WeightGroupBackend
 WEIGHT_GROUP_BACKEND_GLOO: WeightGroupBackend
 WEIGHT_GROUP_BACKEND_NCCL: WeightGroupBackend
@@ -33,12 +46,14 @@ class WeightManifest(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class CommitOptions(_message.Message):
-    __slots__ = ("version", "abort_running")
+    __slots__ = ("version", "abort_running", "in_flight")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     version: int
     abort_running: bool
-    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ...) -> None: ...
+    in_flight: InFlightPolicy
+    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ...) -> None: ...
 
 class WeightUpdateHeader(_message.Message):
     __slots__ = ("manifest", "options")
