@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
+from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 
@@ -96,6 +97,24 @@ class LLM:
                     f"prompts[{i}] must be a string or a list of token ids, got {type(prompt).__name__}"
                 )
         return out
+
+    def resume(
+        self, outputs: list[RequestOutput], params: SamplingParams, use_tqdm: bool = False
+    ) -> list[RequestOutput]:
+        """`outputs` with every aborted sample continued to completion under the current weights.
+
+        `params` are the ones the samples were started with (`max_tokens` counts the tokens they
+        already have); the other samples are returned as they are.
+        """
+        todo = aborted_samples(outputs)
+        single = single_sample(params)
+        for job in todo:  # validate all before queueing any
+            self.engine.validate_request(job.prompt_token_ids, single, job.partial)
+        request_ids = [f"llm-{next(self._ids)}" for _ in todo]
+        for request_id, job in zip(request_ids, todo, strict=True):
+            self.engine.add_request(request_id, job.prompt_token_ids, single, resume=job.partial)
+        resumed = [out.outputs[0] for out in self._run(request_ids, use_tqdm)]
+        return merge_resumed(outputs, todo, resumed)
 
     def update_weights(
         self,

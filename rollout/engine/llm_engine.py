@@ -24,6 +24,7 @@ from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.provenance import extend_spans, oldest_version
 from rollout.engine.request import Request
+from rollout.engine.resume import PartialSample, check_partial, resume_into
 from rollout.engine.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.sequence import Sequence
@@ -94,8 +95,12 @@ class LLMEngine:
 
     # ---- requests ---------------------------------------------------------------------------
 
-    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample | None = None
+    ) -> None:
         """Raises ValueError naming the offending field; nothing is queued."""
+        if resume is not None:
+            self._validate_resume(prompt_token_ids, params, resume)
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         if not isinstance(prompt_token_ids, (list, tuple)) or not prompt_token_ids:
@@ -121,16 +126,37 @@ class LLMEngine:
                 f"logprobs must be <= the vocabulary size ({self.vocab_size}), got {params.logprobs}"
             )
 
-    def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None
+    def _validate_resume(
+        self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample
     ) -> None:
+        stop_ids = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else self.eos_token_ids
+        )
+        check_partial(resume, params, stop_ids, self.vocab_size)
+        if len(prompt_token_ids) + len(resume.token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"resume: prompt + partial sample fill the context ({self.max_model_len} tokens)"
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        prompt: str | None = None,
+        resume: PartialSample | None = None,
+    ) -> None:
+        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/resume.py)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        self.validate_request(prompt_token_ids, params)
+        self.validate_request(prompt_token_ids, params, resume)
         request = Request(
             request_id, list(prompt_token_ids), params, next(self._arrivals), self._weight_version, prompt
         )
-        request.sequences.append(self._new_sequence(request, 0))
+        request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
+        if resume is not None:
+            resume_into(request.sequences[0], resume)
+            request.forked = True  # one sample, already past its first token
         self.requests[request_id] = request
         self.scheduler.add(request.sequences[0])
 

@@ -1,0 +1,115 @@
+"""Lossless resume: a request may continue a partial sample (returned by an abort) under the current
+weights. The partial's tokens join the sequence as output tokens already generated, with their
+logprobs and version spans, so `max_tokens` counts them and the prompt + partial completion is
+computed once (reusing cached blocks of the current version) before sampling goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from rollout.engine.provenance import check_spans
+from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from rollout.engine.sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class PartialSample:
+    """What a partial sample brings back: its index (its seeded stream), tokens, logprobs and spans."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    top_logprobs: list[dict[int, float]] | None = None
+    weight_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_versions: list[tuple[int, int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, sample: CompletionOutput) -> PartialSample:
+        return cls(
+            sample.index,
+            list(sample.token_ids),
+            sample.logprobs,
+            sample.top_logprobs,
+            list(sample.weight_versions),
+            list(sample.kv_versions),
+        )
+
+
+def check_partial(
+    partial: PartialSample, params: SamplingParams, stop_ids: frozenset[int], vocab_size: int
+) -> None:
+    """Raises ValueError naming the field when `partial` cannot be resumed with `params`."""
+    if not isinstance(partial, PartialSample):
+        raise ValueError(f"resume must be a PartialSample, got {type(partial).__name__}")
+    if params.n != 1:
+        raise ValueError(f"n must be 1 to resume a partial sample, got {params.n}")
+    if isinstance(partial.index, bool) or not isinstance(partial.index, int) or partial.index < 0:
+        raise ValueError(f"resume.index must be a non-negative integer, got {partial.index!r}")
+    tokens = partial.token_ids
+    if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size for t in tokens):
+        raise ValueError(f"resume.token_ids must be token ids in [0, {vocab_size})")
+    if len(tokens) >= params.max_tokens:
+        raise ValueError(
+            f"max_tokens ({params.max_tokens}) counts the partial sample's {len(tokens)} tokens: nothing is left"
+        )
+    if tokens and tokens[-1] in stop_ids:
+        raise ValueError("resume.token_ids ends with a stop token: the sample already finished")
+    if params.logprobs is not None and (partial.logprobs is None or len(partial.logprobs) != len(tokens)):
+        raise ValueError("resume.logprobs: one per token is needed when the request asks for logprobs")
+    if params.logprobs and (partial.top_logprobs is None or len(partial.top_logprobs) != len(tokens)):
+        raise ValueError(
+            "resume.top_logprobs: one per token is needed when the request asks for logprobs > 0"
+        )
+    check_spans("resume.weight_versions", partial.weight_versions, len(tokens))
+    check_spans("resume.kv_versions", partial.kv_versions, len(tokens))
+
+
+def resume_into(seq: Sequence, partial: PartialSample) -> None:
+    """Appends the partial sample's tokens, logprobs and spans to a fresh sequence of its prompt."""
+    seq.token_ids.extend(partial.token_ids)
+    seq.logprobs.extend(partial.logprobs or [])
+    seq.top_logprobs.extend(partial.top_logprobs or [])
+    seq.weight_versions.extend(
+        check_spans("weight_versions", partial.weight_versions, len(partial.token_ids))
+    )
+    seq.kv_versions.extend(check_spans("kv_versions", partial.kv_versions, len(partial.token_ids)))
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """One aborted sample to continue: where it sits in the caller's outputs, its prompt, its partial."""
+
+    output_index: int
+    prompt_token_ids: list[int]
+    partial: PartialSample
+
+
+def aborted_samples(outputs: list[RequestOutput]) -> list[Resumption]:
+    """Every sample of `outputs` that finished with "abort", in order."""
+    return [
+        Resumption(i, list(out.prompt_token_ids), PartialSample.of(sample))
+        for i, out in enumerate(outputs)
+        for sample in out.outputs
+        if sample.finish_reason == "abort"
+    ]
+
+
+def single_sample(params: SamplingParams) -> SamplingParams:
+    """The params of one resumed sample: the request's, with n = 1."""
+    return replace(params, n=1)
+
+
+def merge_resumed(
+    outputs: list[RequestOutput], todo: list[Resumption], resumed: list[CompletionOutput]
+) -> list[RequestOutput]:
+    """`outputs` with each resumed sample in place of its partial (new objects; samples in index order)."""
+    merged = [replace(out, outputs=list(out.outputs)) for out in outputs]
+    for job, sample in zip(todo, resumed, strict=True):
+        samples = merged[job.output_index].outputs
+        samples[:] = [sample if s.index == sample.index else s for s in samples]
+    return merged

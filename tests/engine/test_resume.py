@@ -1,0 +1,85 @@
+"""Lossless resume: an aborted sample continued under the current weights equals an uninterrupted run,
+max_tokens counts its tokens, cached blocks of the current version are reused, and a bad partial is
+refused before anything is queued."""
+
+import pytest
+import torch
+
+from rollout import SamplingParams
+from rollout.engine.resume import PartialSample
+from tests.builders import random_prompts, tiny_llm, tiny_model
+from tests.engine.in_flight_builders import output_len, step_until
+
+PARAMS = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logprobs=0, n=2)
+
+
+def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None = None):
+    """Runs `prompt` until it has `num_tokens` tokens, aborts it (or updates with `in_flight`="abort"),
+    and returns its RequestOutput of partial samples."""
+    engine = llm.engine
+    engine.add_request("r", prompt, PARAMS)
+    step_until(engine, {}, lambda: output_len(engine, "r") == num_tokens)
+    if in_flight is None:
+        engine.abort_request("r")
+    else:
+        engine.update_weights(tiny_model(seed=1).state_dict(), in_flight=in_flight)
+    (out,) = engine.step()
+    assert all(s.finish_reason == "abort" and len(s.token_ids) == num_tokens for s in out.outputs)
+    return out
+
+
+def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run() -> None:
+    prompt = random_prompts(1, 20, 20, seed=1)[0]
+    llm = tiny_llm(seed=0, block_size=16)
+    (whole,) = llm.generate([prompt], PARAMS)
+    partial = aborted_after(llm, prompt, 14)
+    hits = llm.stats()["num_prefix_hit_tokens"]
+    (resumed,) = llm.resume([partial], PARAMS)
+    for got, want in zip(resumed.outputs, whole.outputs, strict=True):
+        assert (got.index, got.token_ids, got.finish_reason) == (want.index, want.token_ids, "length")
+        torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
+        assert got.weight_versions == got.kv_versions == [(0, 0)]
+    # each resumed sample found the blocks of prompt + partial completion cached (2 full blocks of 16)
+    assert llm.stats()["num_prefix_hit_tokens"] - hits == 2 * 32
+    assert llm.stats()["num_blocks_free"] == llm.stats()["num_blocks_total"]
+
+
+def test_resume_after_an_update_continues_like_a_fresh_engine_and_keeps_the_old_spans() -> None:
+    prompt = random_prompts(1, 20, 20, seed=2)[0]
+    llm = tiny_llm(seed=0, block_size=16)
+    partial = aborted_after(llm, prompt, 14, in_flight="abort")
+    hits = llm.stats()["num_prefix_hit_tokens"]
+    (resumed,) = llm.resume([partial], PARAMS)
+    head = partial.outputs[0].token_ids
+    single = SamplingParams(temperature=0, max_tokens=20 - 14, ignore_eos=True)
+    fresh = tiny_llm(seed=1).generate([prompt + head], single)[0].outputs[0].token_ids
+    for sample in resumed.outputs:
+        assert sample.token_ids == head + fresh and len(sample.logprobs) == 20
+        assert sample.weight_versions == [(0, 0), (14, 1)] and sample.weight_version == 0
+        assert sample.kv_versions == [(0, 0), (14, 1)]
+    assert llm.stats()["num_prefix_hit_tokens"] == hits  # nothing cached under version 0 is reused
+
+
+@pytest.mark.parametrize(
+    ("partial", "params", "field"),
+    [
+        (
+            PartialSample(0, [5] * 20, [0.0] * 20, None, [(0, 0)], [(0, 0)]),
+            SamplingParams(max_tokens=20),
+            "max_tokens",
+        ),
+        (
+            PartialSample(0, [5, 6], None, None, [(0, 0)], [(0, 0)]),
+            SamplingParams(logprobs=0),
+            "resume.logprobs",
+        ),
+        (PartialSample(0, [5, 6], [0.0, 0.0], None, [(1, 0)], [(0, 0)]), SamplingParams(), "weight_versions"),
+        (PartialSample(0, [5, 6], [0.0, 0.0], None, [(0, 0)], [(0, 0)]), SamplingParams(n=2), "n must be 1"),
+        (PartialSample(0, [5, 2], [0.0, 0.0], None, [(0, 0)], [(0, 0)]), SamplingParams(), "stop token"),
+    ],
+)
+def test_a_partial_that_cannot_be_resumed_is_refused_naming_the_field(partial, params, field: str) -> None:
+    engine = tiny_llm(seed=0).engine
+    with pytest.raises(ValueError, match=field):
+        engine.add_request("r", [3, 4, 5], params, resume=partial)
+    assert not engine.has_unfinished_requests()
