@@ -95,6 +95,40 @@ class RolloutClient:
                 results[i].prompt = prompt
         return results
 
+    def resume_aborted(
+        self, outputs: list[RequestOutput], params: SamplingParams, timeout: float | None = None
+    ) -> list[RequestOutput]:
+        """`outputs` with every aborted sample continued under the server's current weights.
+
+        The other half of an update with in_flight="abort": each partial sample (tokens,
+        logprobs, version spans) goes back as a one-sample request that keeps its index; `params`
+        are the ones the samples started with, and `max_tokens` counts the tokens they have.
+        """
+        from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
+
+        todo = aborted_samples(outputs)
+        if not todo:
+            return outputs
+        messages = [
+            pb.Prompt(
+                token_ids=pb.TokenIds(ids=job.prompt_token_ids), resume=convert.partial_to_proto(job.partial)
+            )
+            for job in todo
+        ]
+        results = self._generate_messages(messages, single_sample(params), timeout)
+        return merge_resumed(outputs, todo, [out.outputs[0] for out in results])
+
+    def _generate_messages(
+        self, messages: list[pb.Prompt], params: SamplingParams, timeout: float | None
+    ) -> list[RequestOutput]:
+        prefix = uuid.uuid4().hex
+        for i, message in enumerate(messages):
+            message.request_id = f"{prefix}-{i}"
+        deadline = _deadline(self.timeout if timeout is None else timeout)
+        shards = {a: list(range(i, len(messages), len(self.addresses))) for i, a in enumerate(self.addresses)}
+        call = _GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
+        return call.run({a: idx for a, idx in shards.items() if idx}, messages)
+
     # ---- control ------------------------------------------------------------------------------
 
     def server_info(self, address: str | None = None) -> convert.ServerInfo:

@@ -98,7 +98,7 @@ class LLM:
                 )
         return out
 
-    def resume(
+    def resume_aborted(
         self, outputs: list[RequestOutput], params: SamplingParams, use_tqdm: bool = False
     ) -> list[RequestOutput]:
         """`outputs` with every aborted sample continued to completion under the current weights.

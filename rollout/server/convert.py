@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rollout.engine.resume import PartialSample
 from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.server.generated import rollout_pb2 as pb
@@ -111,6 +112,35 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
         text=message.text if message.HasField("text") else None,
+        weight_versions=spans_from_proto(message.weight_versions),
+        kv_versions=spans_from_proto(message.kv_versions),
+    )
+
+
+def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
+    message = pb.PartialSample(
+        index=partial.index,
+        token_ids=partial.token_ids,
+        logprobs=partial.logprobs or [],
+        weight_versions=spans_to_proto(partial.weight_versions),
+        kv_versions=spans_to_proto(partial.kv_versions),
+    )
+    for position in partial.top_logprobs or []:
+        entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
+        message.top_logprobs.append(pb.TopLogprobs(entries=entries))
+    return message
+
+
+def partial_from_proto(message: pb.PartialSample) -> PartialSample:
+    """Empty logprobs lists read as absent when there are tokens (the engine then asks for them)."""
+    has_tokens = bool(message.token_ids)
+    return PartialSample(
+        index=message.index,
+        token_ids=list(message.token_ids),
+        logprobs=list(message.logprobs) if message.logprobs or not has_tokens else None,
+        top_logprobs=[{e.token_id: e.logprob for e in p.entries} for p in message.top_logprobs]
+        if message.top_logprobs or not has_tokens
+        else None,
         weight_versions=spans_from_proto(message.weight_versions),
         kv_versions=spans_from_proto(message.kv_versions),
     )

@@ -339,7 +339,9 @@ class EngineLoop:
         for tracked in admit:
             sub = tracked.sub
             try:
-                self.engine.add_request(sub.request_id, sub.prompt_token_ids, sub.params, sub.prompt)
+                self.engine.add_request(
+                    sub.request_id, sub.prompt_token_ids, sub.params, sub.prompt, resume=sub.resume
+                )
             except Exception as exc:  # validated at submit, so this is an engine bug: fail this request only
                 self._fail([sub.request_id], exc)
         for request_id in aborts:

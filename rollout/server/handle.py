@@ -16,6 +16,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from rollout.engine.resume import PartialSample
     from rollout.server.engine_loop import EngineLoop
 
 
@@ -31,6 +32,7 @@ class Submission:
     prompt_token_ids: list[int]
     params: SamplingParams
     prompt: str | None = None
+    resume: PartialSample | None = None  # continue this partial sample (rollout/engine/resume.py)
 
 
 @dataclass(slots=True)

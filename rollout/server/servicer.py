@@ -113,10 +113,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         for i, prompt in enumerate(request.prompts):
             try:
                 ids, text = self._prompt_ids(prompt)
-                self.loop.engine.validate_request(ids, params)
+                resume = convert.partial_from_proto(prompt.resume) if prompt.HasField("resume") else None
+                self.loop.engine.validate_request(ids, params, resume)
             except ValueError as exc:
                 raise type(exc)(f"prompts[{i}]: {exc}") from None
-            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text))
+            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text, resume))
         return subs
 
     def _prompt_ids(self, prompt: pb.Prompt) -> tuple[list[int], str | None]:

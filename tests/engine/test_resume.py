@@ -34,7 +34,7 @@ def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run() 
     (whole,) = llm.generate([prompt], PARAMS)
     partial = aborted_after(llm, prompt, 14)
     hits = llm.stats()["num_prefix_hit_tokens"]
-    (resumed,) = llm.resume([partial], PARAMS)
+    (resumed,) = llm.resume_aborted([partial], PARAMS)
     for got, want in zip(resumed.outputs, whole.outputs, strict=True):
         assert (got.index, got.token_ids, got.finish_reason) == (want.index, want.token_ids, "length")
         torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
@@ -49,7 +49,7 @@ def test_resume_after_an_update_continues_like_a_fresh_engine_and_keeps_the_old_
     llm = tiny_llm(seed=0, block_size=16)
     partial = aborted_after(llm, prompt, 14, in_flight="abort")
     hits = llm.stats()["num_prefix_hit_tokens"]
-    (resumed,) = llm.resume([partial], PARAMS)
+    (resumed,) = llm.resume_aborted([partial], PARAMS)
     head = partial.outputs[0].token_ids
     single = SamplingParams(temperature=0, max_tokens=20 - 14, ignore_eos=True)
     fresh = tiny_llm(seed=1).generate([prompt + head], single)[0].outputs[0].token_ids

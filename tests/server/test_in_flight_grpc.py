@@ -65,3 +65,30 @@ def test_abort_running_with_another_policy_is_refused_and_changes_nothing() -> N
                 tiny_model(seed=1), in_flight="keep", abort_running=True, timeout_s=TIMEOUT_S
             )
         assert client.server_info().weight_version == 0
+
+
+def test_abort_then_resume_over_grpc_equals_an_uninterrupted_run() -> None:
+    params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True, logprobs=2, n=2)
+    with weight_server(seed=0) as server, client_for(server) as client:
+        whole = client.generate(PROMPTS[:2], params, timeout=TIMEOUT_S)
+        slow_steps(server.loop.engine)
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(client.generate, PROMPTS[:2], params, timeout=TIMEOUT_S)
+            wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 240 + 10, TIMEOUT_S, "tokens")
+            same = server.loop.engine.model.state_dict()
+            client.update_weights(same, in_flight="abort", timeout_s=TIMEOUT_S)
+            partial = running.result(timeout=TIMEOUT_S)
+        assert all(0 < len(s.token_ids) < 60 for out in partial for s in out.outputs)
+        resumed = client.resume_aborted(partial, params, timeout=TIMEOUT_S)
+    for got, want in zip(resumed, whole, strict=True):
+        for a, b in zip(got.outputs, want.outputs, strict=True):
+            assert (a.index, a.token_ids, a.finish_reason) == (b.index, b.token_ids, "length")
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+            assert [set(t) for t in a.top_logprobs] == [set(t) for t in b.top_logprobs]
+            assert a.weight_versions == [(0, 0), (len(partial_tokens(partial, got, a)), 1)]
+
+
+def partial_tokens(partial, got, sample):
+    """The partial sample that `sample` (of result `got`) continued."""
+    out = next(o for o in partial if o.prompt_token_ids == got.prompt_token_ids)
+    return next(s for s in out.outputs if s.index == sample.index).token_ids
