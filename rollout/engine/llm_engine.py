@@ -100,7 +100,9 @@ class LLMEngine:
     ) -> None:
         """Raises ValueError naming the offending field; nothing is queued."""
         if resume is not None:
-            self._validate_resume(prompt_token_ids, params, resume)
+            check_partial(
+                resume, params, len(prompt_token_ids), self.eos_token_ids, self.vocab_size, self.max_model_len
+            )
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         if not isinstance(prompt_token_ids, (list, tuple)) or not prompt_token_ids:
@@ -124,18 +126,6 @@ class LLMEngine:
         if params.logprobs is not None and params.logprobs > self.vocab_size:
             raise ValueError(
                 f"logprobs must be <= the vocabulary size ({self.vocab_size}), got {params.logprobs}"
-            )
-
-    def _validate_resume(
-        self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample
-    ) -> None:
-        stop_ids = frozenset(params.stop_token_ids) | (
-            frozenset() if params.ignore_eos else self.eos_token_ids
-        )
-        check_partial(resume, params, stop_ids, self.vocab_size)
-        if len(prompt_token_ids) + len(resume.token_ids) >= self.max_model_len:
-            raise ValueError(
-                f"resume: prompt + partial sample fill the context ({self.max_model_len} tokens)"
             )
 
     def add_request(

@@ -41,7 +41,12 @@ class PartialSample:
 
 
 def check_partial(
-    partial: PartialSample, params: SamplingParams, stop_ids: frozenset[int], vocab_size: int
+    partial: PartialSample,
+    params: SamplingParams,
+    num_prompt_tokens: int,
+    eos_token_ids: frozenset[int],
+    vocab_size: int,
+    max_model_len: int,
 ) -> None:
     """Raises ValueError naming the field when `partial` cannot be resumed with `params`."""
     if not isinstance(partial, PartialSample):
@@ -57,6 +62,9 @@ def check_partial(
         raise ValueError(
             f"max_tokens ({params.max_tokens}) counts the partial sample's {len(tokens)} tokens: nothing is left"
         )
+    if num_prompt_tokens + len(tokens) >= max_model_len:
+        raise ValueError(f"resume: prompt + partial sample fill the context ({max_model_len} tokens)")
+    stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else eos_token_ids)
     if tokens and tokens[-1] in stop_ids:
         raise ValueError("resume.token_ids ends with a stop token: the sample already finished")
     if params.logprobs is not None and (partial.logprobs is None or len(partial.logprobs) != len(tokens)):

@@ -152,3 +152,14 @@ def test_max_staleness_must_be_a_non_negative_integer() -> None:
         SamplingParams(max_staleness=-1)
     with pytest.raises(ValueError, match="max_staleness"):
         EngineConfig(max_staleness=-1)
+
+
+def test_the_server_default_max_staleness_is_a_serve_flag() -> None:
+    import argparse
+
+    from rollout.commands.engine_args import add_engine_args, engine_config
+
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    assert engine_config(parser.parse_args(["--max-staleness", "2"])).max_staleness == 2
+    assert engine_config(parser.parse_args([])).max_staleness is None
