@@ -2,10 +2,14 @@
 
     python examples/custom_loop.py                      # starts `rollout serve` on a free port
     python examples/custom_loop.py --server HOST:PORT   # uses a running `rollout serve --model <same model>`
+    python examples/custom_loop.py --async              # round t+1 generates while round t trains
 
 Each round: push the policy (`update_weights`), sample a group of completions per prompt with
 their logprobs (`generate` with `n`), score them with the addition reward, and take one step of
 group-normalized policy gradient, with the server's logprobs as the behaviour policy.
+With --async the server generates round t+1 while the trainer learns from round t (lag 1), and
+each push lands mid-generation with `in_flight="keep"`; the per-token behaviour logprobs make the
+importance ratio exact for samples that span two versions (`weight_versions` says which).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rollout.assets import default_model_path
 from rollout.client import RolloutClient
+from rollout.demo import overlap
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.tasks import addition
@@ -73,7 +78,7 @@ def policy_loss(
                 continue
             logp = token_logprobs(model, output.prompt_token_ids, list(sample.token_ids))
             behaviour = torch.tensor(sample.logprobs)
-            ratio = torch.exp(logp - behaviour)  # 1 up to numerics: the server holds these very weights
+            ratio = torch.exp(logp - behaviour)  # 1 up to numerics unless overlapped (--async)
             losses.append(-(ratio * advantage))
             drift.append((logp.detach() - behaviour).abs())
     loss = torch.cat(losses).mean()
@@ -102,6 +107,9 @@ def main() -> None:
     parser.add_argument("--prompts-per-step", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument(
+        "--async", dest="overlap", action="store_true", help="overlap generation and training"
+    )
     args = parser.parse_args()
 
     model_path = str(default_model_path())
@@ -112,17 +120,30 @@ def main() -> None:
     with local_server(model_path, args.server) as address:
         client = RolloutClient(address)
         client.wait_until_ready(300)
-        for step in range(args.steps):
-            version = client.update_weights(model, transport=args.transport, **transport_options(args))
+
+        def push(in_flight: str) -> int:
+            return client.update_weights(
+                model, transport=args.transport, in_flight=in_flight, **transport_options(args)
+            )
+
+        def generate(step: int) -> tuple[list[str], list[RequestOutput]]:
             texts = addition.make_prompts(args.prompts_per_step, seed=step)
-            outputs = client.generate([tokenizer(t)["input_ids"] for t in texts], params)
+            return texts, client.generate([tokenizer(t)["input_ids"] for t in texts], params)
+
+        def learn(step: int, batch: tuple[list[str], list[RequestOutput]], version: int) -> None:
+            texts, outputs = batch
             loss, drift, reward = policy_loss(model, outputs, texts, tokenizer)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            versions = sorted({v for o in outputs for s in o.outputs for _, v in s.weight_versions})
             print(
-                f"step {step} weights v{version} reward {reward:.3f} |logp drift| {drift:.2e} loss {loss.item():.4f}"
+                f"step {step} weights v{version} sampled by v{versions} reward {reward:.3f} "
+                f"|logp drift| {drift:.2e} loss {loss.item():.4f}"
             )
+
+        schedule = overlap.overlapped if args.overlap else overlap.synchronous
+        schedule(args.steps, push, generate, learn)
 
 
 if __name__ == "__main__":

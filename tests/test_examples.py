@@ -42,3 +42,12 @@ def test_custom_loop_pushes_a_new_version_every_step(tmp_path: Path, transport: 
 def test_grpo_trl(tmp_path: Path) -> None:
     out = run_example("grpo_trl.py", "--steps", "2", "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
     assert "mean reward: first step" in out
+
+
+def test_custom_loop_async_overlaps_generation_and_reports_the_sampling_versions(tmp_path: Path) -> None:
+    out = run_example("custom_loop.py", "--steps", "3", "--async", cwd=tmp_path)
+    pushed = [int(v) for v in re.findall(r"weights v(\d+)", out)]
+    sampled = [[int(v) for v in vs.split(",")] for vs in re.findall(r"sampled by v\[([\d, ]+)\]", out)]
+    assert pushed == [1, 2, 3] and len(sampled) == 3
+    # lag <= 1: a round is sampled by the weights pushed before it or the one pushed during it
+    assert all(pushed[i] - 1 <= min(vs) <= max(vs) <= pushed[i] for i, vs in enumerate(sampled))

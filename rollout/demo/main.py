@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rollout.assets import default_model_path
 from rollout.client import RolloutClient
 from rollout.config import EngineConfig
-from rollout.demo import grpo, report
+from rollout.demo import grpo, overlap, report
 from rollout.engine.llm_engine import LLMEngine
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -41,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-prompts", type=int, default=128, help="held-out prompts for greedy accuracy")
     parser.add_argument("--plot", type=Path, default=Path("rollout_demo_reward.png"), help="reward curve PNG")
     parser.add_argument("--seed", type=int, default=0, help="seed of prompts, sampling and torch")
+    parser.add_argument(
+        "--async",
+        dest="overlap",
+        action="store_true",
+        help="also train with generation overlapped (round t+1 generates while round t trains, "
+        "updates land in flight with policy keep) and compare wall time and reward with the synchronous run",
+    )
     return parser
 
 
@@ -58,7 +67,6 @@ def run(args: argparse.Namespace) -> list[report.RoundStats]:
     transformers.utils.logging.disable_progress_bar()
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     path = default_model_path()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     with _local_server(path) as server, RolloutClient(server.address, timeout=120) as client:
         client.wait_until_ready(60)
@@ -67,9 +75,14 @@ def run(args: argparse.Namespace) -> list[report.RoundStats]:
             f"{args.rounds} rounds x {args.prompts} prompts x n={args.n}",
             flush=True,
         )
-        history = _train(args, model, tokenizer, client)
+        history, wall_s = _train(args, path, tokenizer, client, overlap.synchronous)
+        if args.overlap:
+            print("overlapped (async) run:", flush=True)
+            overlapped, async_wall_s = _train(args, path, tokenizer, client, overlap.overlapped)
     print(report.summary(history))
-    written = report.plot(history, args.plot)
+    if args.overlap:
+        print(report.compare(history, wall_s, overlapped, async_wall_s))
+    written = report.plot(history, args.plot, overlapped if args.overlap else None)
     print(f"reward curve: {written}" if written else "reward curve: install matplotlib to get the PNG")
     return history
 
@@ -82,39 +95,64 @@ def _local_server(path: Path) -> RolloutServer:
 
 def _train(
     args: argparse.Namespace,
-    model: PreTrainedModel,
+    path: Path,
     tokenizer: PreTrainedTokenizerBase,
     client: RolloutClient,
-) -> list[report.RoundStats]:
+    schedule: Callable,
+) -> tuple[list[report.RoundStats], float]:
+    """Trains a freshly loaded policy with `schedule` (overlap.synchronous or overlap.overlapped);
+    returns the rounds and the wall time."""
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     eval_prompts = addition.make_prompts(args.eval_prompts, seed=EVAL_SEED)
-    history: list[report.RoundStats] = []
     print(report.HEADER, flush=True)
-    for round_ in range(args.rounds):
-        stats = _round(args, round_, model, optimizer, tokenizer, client)
+
+    def push(in_flight: str) -> float:
+        start = time.perf_counter()
+        client.update_weights(model, transport="grpc", in_flight=in_flight)
+        return time.perf_counter() - start
+
+    def learn(round_: int, batch: _Batch, sync_s: float) -> report.RoundStats:
+        stats = _learn(args, round_, batch, model, optimizer, tokenizer, sync_s)
         stats = dataclasses.replace(stats, accuracy=_greedy_accuracy(client, tokenizer, eval_prompts))
-        history.append(stats)
         print(stats.row(), flush=True)
-    return history
+        return stats
 
-
-def _round(
-    args: argparse.Namespace,
-    round_: int,
-    model: PreTrainedModel,
-    optimizer: torch.optim.Optimizer,
-    tokenizer: PreTrainedTokenizerBase,
-    client: RolloutClient,
-) -> report.RoundStats:
-    """Push the policy, sample n completions per prompt with logprobs, score them, take one step."""
     start = time.perf_counter()
-    version = client.update_weights(model, transport="grpc")
-    sync_s = time.perf_counter() - start
+    history = schedule(args.rounds, push, lambda r: _generate(args, r, tokenizer, client), learn)
+    return history, time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class _Batch:
+    texts: list[str]
+    outputs: list[RequestOutput]
+    generate_s: float
+
+
+def _generate(
+    args: argparse.Namespace, round_: int, tokenizer: PreTrainedTokenizerBase, client: RolloutClient
+) -> _Batch:
+    """Round `round_`'s prompts, n completions each with their logprobs, on the server's weights."""
     texts = addition.make_prompts(args.prompts, seed=args.seed * 100_003 + round_)
     params = SamplingParams(n=args.n, temperature=1.0, max_tokens=8, logprobs=0, seed=args.seed + round_)
     start = time.perf_counter()
     outputs = client.generate([tokenizer(t)["input_ids"] for t in texts], params)
-    generate_s = time.perf_counter() - start
+    return _Batch(texts, outputs, time.perf_counter() - start)
+
+
+def _learn(
+    args: argparse.Namespace,
+    round_: int,
+    batch: _Batch,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: PreTrainedTokenizerBase,
+    sync_s: float,
+) -> report.RoundStats:
+    """Scores the round's completions and takes one policy-gradient step on them."""
+    texts, outputs, generate_s = batch.texts, batch.outputs, batch.generate_s
     rewards = [
         [addition.reward(text, _decode(tokenizer, c.token_ids)) for c in output.outputs]
         for text, output in zip(texts, outputs, strict=True)
@@ -123,7 +161,7 @@ def _round(
     drift = _step(model, optimizer, grpo.collect_samples(outputs, rewards), tokenizer.pad_token_id)
     return report.RoundStats(
         round=round_,
-        weight_version=_version(outputs, version),
+        weight_version=_version(outputs),
         reward=sum(map(sum, rewards)) / (len(texts) * args.n),
         accuracy=float("nan"),
         tokens_per_s=_completion_tokens(outputs) / generate_s,
@@ -155,12 +193,9 @@ def _greedy_accuracy(client: RolloutClient, tokenizer: PreTrainedTokenizerBase, 
     return sum(addition.reward(t, a) for t, a in zip(prompts, answers, strict=True)) / len(prompts)
 
 
-def _version(outputs: list[RequestOutput], pushed: int) -> int:
-    """The version every sample reports; it must be the one just pushed."""
-    versions = {c.weight_version for o in outputs for c in o.outputs}
-    if versions != {pushed}:
-        raise RuntimeError(f"samples report weight versions {sorted(versions)}, expected only {pushed}")
-    return pushed
+def _version(outputs: list[RequestOutput]) -> int:
+    """The oldest version that sampled any token of the round (the only one, when not overlapped)."""
+    return min(v for o in outputs for c in o.outputs for _, v in c.weight_versions or [(0, c.weight_version)])
 
 
 def _completion_tokens(outputs: list[RequestOutput]) -> int:

@@ -45,7 +45,22 @@ def summary(history: list[RoundStats], window: int = 3) -> str:
     )
 
 
-def plot(history: list[RoundStats], path: Path) -> Path | None:
+def compare(sync: list[RoundStats], sync_s: float, overlapped: list[RoundStats], overlapped_s: float) -> str:
+    """The synchronous and the overlapped run side by side: wall time, then reward per round."""
+    lines = [
+        f"wall time: sync {sync_s:.1f} s, async {overlapped_s:.1f} s ({sync_s / overlapped_s:.2f}x)",
+        f"{'round':>5} {'sync reward':>11} {'async reward':>12} {'async versions':>14}",
+    ]
+    for a, b in zip(sync, overlapped, strict=True):
+        lines.append(f"{a.round:>5} {a.reward:>11.3f} {b.reward:>12.3f} {b.weight_version:>14}")
+    k = max(1, min(3, len(sync) // 2))
+    for name, run in (("sync", sync), ("async", overlapped)):
+        first, final = (sum(r.reward for r in part) / k for part in (run[:k], run[-k:]))
+        lines.append(f"{name} reward: first {first:.3f} -> final {final:.3f} ({final - first:+.3f})")
+    return "\n".join(lines)
+
+
+def plot(history: list[RoundStats], path: Path, overlapped: list[RoundStats] | None = None) -> Path | None:
     """Reward and greedy accuracy per round, as a PNG; None when matplotlib is not installed."""
     try:
         import matplotlib
@@ -58,6 +73,8 @@ def plot(history: list[RoundStats], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     ax.plot(rounds, [r.reward for r in history], marker="o", label="reward (samples, T=1)")
     ax.plot(rounds, [r.accuracy for r in history], marker="s", label="greedy accuracy (held out)")
+    if overlapped:
+        ax.plot(rounds, [r.reward for r in overlapped], marker="^", label="reward, async (lag 1)")
     ax.set_xlabel("GRPO round")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
