@@ -132,6 +132,16 @@ class Metrics:
             stats["num_preemptions"],
         )
         _add(lines, "weight_version", "gauge", "Version of the weights serving now.", stats["weight_version"])
+        _add(
+            lines,
+            "in_flight_tokens_total",
+            "counter",
+            "Tokens in flight at in-flight weight updates: KV kept, KV recomputed, output returned partial.",
+            None,
+        )
+        for action in ("kept", "recomputed", "returned_partial"):
+            value = stats.get(f"in_flight_tokens_{action}", 0)
+            lines.append(f'rollout_in_flight_tokens_total{{action="{action}"}} {value}')
         _add(lines, "paused", "gauge", "1 while paused.", int(self.loop.paused))
         return "\n".join(lines) + "\n"
 

@@ -17,7 +17,8 @@ LONG = SamplingParams(temperature=0, max_tokens=150, ignore_eos=True, logprobs=0
 
 def update_mid_flight(in_flight: str, params: SamplingParams = LONG):
     """Starts a long request on a slowed server, pushes an update with `in_flight`, returns
-    (whether the request was still running when the push returned, its samples, server stats)."""
+    (whether the request was still running when the push returned, its samples, server stats
+    plus its Prometheus text under "metrics")."""
     with weight_server(seed=0, max_model_len=512) as server, client_for(server) as client:
         slow_steps(server.loop.engine)  # 150 steps take over 1.5 s
         with ThreadPoolExecutor(1) as pool:
@@ -28,7 +29,7 @@ def update_mid_flight(in_flight: str, params: SamplingParams = LONG):
             assert pushed == 1
             (result,) = running.result(timeout=TIMEOUT_S)
         wait_for(lambda: server.loop.stats()["num_requests_unfinished"] == 0, TIMEOUT_S, "idle")
-        return still_running, result.outputs, server.loop.stats()
+        return still_running, result.outputs, {**server.loop.stats(), "metrics": client.metrics()}
 
 
 @pytest.mark.parametrize("in_flight", ["keep", "recompute"])
@@ -41,8 +42,12 @@ def test_keep_and_recompute_commit_mid_flight_and_the_samples_carry_both_version
         assert (old, new) == (0, 1) and 0 < switch < 150
         expected_kv = [(0, 0)] if in_flight == "keep" else [(0, 0), (switch, 1)]
         assert sample.kv_versions == expected_kv and sample.weight_version == 0
-    counter = "in_flight_tokens_kept" if in_flight == "keep" else "in_flight_tokens_recomputed"
-    assert stats[counter] > 0 and stats["num_blocks_free"] == stats["num_blocks_total"]
+    action = "kept" if in_flight == "keep" else "recomputed"
+    assert stats[f"in_flight_tokens_{action}"] > 0 and stats["num_blocks_free"] == stats["num_blocks_total"]
+    assert (
+        f'rollout_in_flight_tokens_total{{action="{action}"}} {stats[f"in_flight_tokens_{action}"]}'
+        in (stats["metrics"])
+    )
 
 
 def test_abort_returns_the_partial_samples_as_soon_as_the_update_commits() -> None:
