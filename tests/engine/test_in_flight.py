@@ -163,3 +163,16 @@ def test_the_server_default_max_staleness_is_a_serve_flag() -> None:
     add_engine_args(parser)
     assert engine_config(parser.parse_args(["--max-staleness", "2"])).max_staleness == 2
     assert engine_config(parser.parse_args([])).max_staleness is None
+
+
+def test_keep_during_a_chunked_prefill_reports_the_older_kv_of_the_first_token() -> None:
+    prompt = random_prompts(1, 40, 40, seed=8)[0]
+    engine = tiny_llm(seed=0, max_num_batched_tokens=16).engine
+    engine.add_request("r", prompt, GREEDY)
+    engine.step()  # 16 of 40 prompt tokens computed with version 0
+    assert engine.requests["r"].sequences[0].num_computed_tokens == 16
+    engine.update_weights(tiny_model(seed=1).state_dict(), in_flight="keep")
+    (sample,) = run_to_completion(engine)["r"]
+    assert sample.weight_versions == [(0, 1)] and sample.kv_versions == [(0, 0)]
+    assert sample.weight_version == 1
+    assert engine.stats()["num_blocks_cached"] == 0  # blocks holding version-0 KV were never cached
