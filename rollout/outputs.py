@@ -18,6 +18,9 @@ class CompletionOutput:
     finish_reason: str
     weight_version: int
     text: str | None = None
+    # Per token (with logprobs): log of the probability mass top-k/top-p/min-p kept; processed
+    # logprob + kept_log_mass = the untruncated temperature-scaled logprob (engine/truncation_mass.py).
+    kept_log_mass: list[float] | None = None
 
 
 @dataclass(slots=True)

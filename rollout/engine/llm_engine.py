@@ -214,6 +214,7 @@ class LLMEngine:
             self._num_generated_tokens += 1
             if out.logprobs[i] is not None:
                 seq.logprobs.append(out.logprobs[i])
+                seq.kept_log_mass.append(out.kept_log_masses[i])
             if out.top_logprobs[i] is not None:
                 seq.top_logprobs.append(out.top_logprobs[i])
             reason = self._finish_reason(seq)
@@ -259,6 +260,7 @@ class LLMEngine:
             finish_reason=seq.finish_reason or "abort",
             weight_version=request.weight_version,
             text=text,
+            kept_log_mass=list(seq.kept_log_mass) if want else None,
         )
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:

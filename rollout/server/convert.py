@@ -53,6 +53,7 @@ class ServerInfo:
     max_num_seqs: int
     has_tokenizer: bool
     version: str
+    model_config: str = ""  # JSON of the model's config; "" from a server that predates it
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
@@ -87,6 +88,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         logprobs=sample.logprobs or [],
         finish_reason=_FINISH_TO_PB[sample.finish_reason],
         weight_version=sample.weight_version,
+        kept_log_mass=sample.kept_log_mass or [],
     )
     for position in sample.top_logprobs or []:
         entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
@@ -108,7 +110,13 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
         text=message.text if message.HasField("text") else None,
+        kept_log_mass=list(message.kept_log_mass) if logprobs and _per_token(message) else None,
     )
+
+
+def _per_token(message: pb.Sample) -> bool:
+    """A server that predates kept_log_mass sends none; then the field stays None, not []."""
+    return len(message.kept_log_mass) == len(message.logprobs)
 
 
 def result_to_proto(output: RequestOutput) -> pb.PromptResult:
@@ -136,6 +144,7 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         max_num_seqs=message.max_num_seqs,
         has_tokenizer=message.has_tokenizer,
         version=message.version,
+        model_config=message.model_config,
     )
 
 

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/rollout.proto\x12\nrollout.v1\"\xa7\x03\n\x0eSamplingParams\x12\x0e\n\x01n\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0btemperature\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05top_k\x18\x05 \x01(\x05H\x04\x88\x01\x01\x12\x12\n\x05min_p\x18\x06 \x01(\x01H\x05\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x07 \x01(\x01H\x06\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\t \x03(\x05\x12\x12\n\nignore_eos\x18\n \x01(\x08\x12\x15\n\x08logprobs\x18\x0b \x01(\x05H\x08\x88\x01\x01\x12/\n\rlogprobs_mode\x18\x0c \x01(\x0e\x32\x18.rollout.v1.LogprobsModeB\x04\n\x02_nB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\x0b\n\t_logprobs\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\"\x8b\x01\n\x06Prompt\x12)\n\ttoken_ids\x18\x01 \x01(\x0b\x32\x14.rollout.v1.TokenIdsH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.rollout.v1.ChatMessagesH\x00\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x08\n\x06prompt\"v\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07prompts\x18\x02 \x03(\x0b\x32\x12.rollout.v1.Prompt\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.rollout.v1.SamplingParams\"/\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\"6\n\x0bTopLogprobs\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TopLogprob\"\xd0\x01\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12-\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x17.rollout.v1.TopLogprobs\x12/\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x18.rollout.v1.FinishReason\x12\x16\n\x0eweight_version\x18\x06 \x01(\x03\x12\x11\n\x04text\x18\x07 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_text\"\x8f\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x14\n\x0cprompt_index\x18\x02 \x01(\x05\x12\"\n\x06sample\x18\x03 \x01(\x0b\x32\x12.rollout.v1.Sample\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\x05\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x05\"{\n\x14GenerateBatchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07prompts\x18\x02 \x03(\x0b\x32\x12.rollout.v1.Prompt\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.rollout.v1.SamplingParams\"a\n\x0cPromptResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12#\n\x07samples\x18\x03 \x03(\x0b\x32\x12.rollout.v1.Sample\"B\n\x15GenerateBatchResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.rollout.v1.PromptResult\"\x16\n\x14GetServerInfoRequest\"\x87\x03\n\x15GetServerInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x15\n\rmax_model_len\x18\x05 \x01(\x05\x12\x12\n\nvocab_size\x18\x06 \x01(\x05\x12\x15\n\reos_token_ids\x18\x07 \x03(\x05\x12\x16\n\x0eweight_version\x18\x08 \x01(\x03\x12\x30\n\x0elogprobs_modes\x18\t \x03(\x0e\x32\x18.rollout.v1.LogprobsMode\x12\x12\n\nblock_size\x18\n \x01(\x05\x12\x18\n\x10num_blocks_total\x18\x0b \x01(\x05\x12\x17\n\x0fnum_blocks_free\x18\x0c \x01(\x05\x12\x19\n\x11num_blocks_cached\x18\r \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\x0e \x01(\x05\x12\x15\n\rhas_tokenizer\x18\x0f \x01(\x08\x12\x0f\n\x07version\x18\x10 \x01(\t\"\x19\n\x17ResetPrefixCacheRequest\"\x1a\n\x18ResetPrefixCacheResponse\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"%\n\x0cPauseRequest\x12\x15\n\rabort_running\x18\x01 \x01(\x08\"\x0f\n\rPauseResponse\"\x0f\n\rResumeRequest\"\x10\n\x0eResumeResponse\"\x13\n\x11GetMetricsRequest\"-\n\x12GetMetricsResponse\x12\x17\n\x0fprometheus_text\x18\x01 \x01(\t*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03*a\n\x0cLogprobsMode\x12\x1d\n\x19LOGPROBS_MODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LOGPROBS_MODE_PROCESSED\x10\x01\x12\x15\n\x11LOGPROBS_MODE_RAW\x10\x02\x32\xee\x04\n\x0eRolloutService\x12G\n\x08Generate\x12\x1b.rollout.v1.GenerateRequest\x1a\x1c.rollout.v1.GenerateResponse0\x01\x12T\n\rGenerateBatch\x12 .rollout.v1.GenerateBatchRequest\x1a!.rollout.v1.GenerateBatchResponse\x12T\n\rGetServerInfo\x12 .rollout.v1.GetServerInfoRequest\x1a!.rollout.v1.GetServerInfoResponse\x12]\n\x10ResetPrefixCache\x12#.rollout.v1.ResetPrefixCacheRequest\x1a$.rollout.v1.ResetPrefixCacheResponse\x12<\n\x05\x41\x62ort\x12\x18.rollout.v1.AbortRequest\x1a\x19.rollout.v1.AbortResponse\x12<\n\x05Pause\x12\x18.rollout.v1.PauseRequest\x1a\x19.rollout.v1.PauseResponse\x12?\n\x06Resume\x12\x19.rollout.v1.ResumeRequest\x1a\x1a.rollout.v1.ResumeResponse\x12K\n\nGetMetrics\x12\x1d.rollout.v1.GetMetricsRequest\x1a\x1e.rollout.v1.GetMetricsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/rollout.proto\x12\nrollout.v1\"\xa7\x03\n\x0eSamplingParams\x12\x0e\n\x01n\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0btemperature\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x12\n\x05top_k\x18\x05 \x01(\x05H\x04\x88\x01\x01\x12\x12\n\x05min_p\x18\x06 \x01(\x01H\x05\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x07 \x01(\x01H\x06\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\t \x03(\x05\x12\x12\n\nignore_eos\x18\n \x01(\x08\x12\x15\n\x08logprobs\x18\x0b \x01(\x05H\x08\x88\x01\x01\x12/\n\rlogprobs_mode\x18\x0c \x01(\x0e\x32\x18.rollout.v1.LogprobsModeB\x04\n\x02_nB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\x0b\n\t_logprobs\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"9\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\"\x8b\x01\n\x06Prompt\x12)\n\ttoken_ids\x18\x01 \x01(\x0b\x32\x14.rollout.v1.TokenIdsH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x18.rollout.v1.ChatMessagesH\x00\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x08\n\x06prompt\"v\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07prompts\x18\x02 \x03(\x0b\x32\x12.rollout.v1.Prompt\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.rollout.v1.SamplingParams\"/\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\"6\n\x0bTopLogprobs\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TopLogprob\"\xe7\x01\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12-\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x17.rollout.v1.TopLogprobs\x12/\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x18.rollout.v1.FinishReason\x12\x16\n\x0eweight_version\x18\x06 \x01(\x03\x12\x11\n\x04text\x18\x07 \x01(\tH\x00\x88\x01\x01\x12\x15\n\rkept_log_mass\x18\n \x03(\x02\x42\x07\n\x05_text\"\x8f\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x14\n\x0cprompt_index\x18\x02 \x01(\x05\x12\"\n\x06sample\x18\x03 \x01(\x0b\x32\x12.rollout.v1.Sample\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\x05\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x05\"{\n\x14GenerateBatchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07prompts\x18\x02 \x03(\x0b\x32\x12.rollout.v1.Prompt\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.rollout.v1.SamplingParams\"a\n\x0cPromptResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12#\n\x07samples\x18\x03 \x03(\x0b\x32\x12.rollout.v1.Sample\"B\n\x15GenerateBatchResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.rollout.v1.PromptResult\"\x16\n\x14GetServerInfoRequest\"\x9d\x03\n\x15GetServerInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x15\n\rmax_model_len\x18\x05 \x01(\x05\x12\x12\n\nvocab_size\x18\x06 \x01(\x05\x12\x15\n\reos_token_ids\x18\x07 \x03(\x05\x12\x16\n\x0eweight_version\x18\x08 \x01(\x03\x12\x30\n\x0elogprobs_modes\x18\t \x03(\x0e\x32\x18.rollout.v1.LogprobsMode\x12\x12\n\nblock_size\x18\n \x01(\x05\x12\x18\n\x10num_blocks_total\x18\x0b \x01(\x05\x12\x17\n\x0fnum_blocks_free\x18\x0c \x01(\x05\x12\x19\n\x11num_blocks_cached\x18\r \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\x0e \x01(\x05\x12\x15\n\rhas_tokenizer\x18\x0f \x01(\x08\x12\x0f\n\x07version\x18\x10 \x01(\t\x12\x14\n\x0cmodel_config\x18\x11 \x01(\t\"\x19\n\x17ResetPrefixCacheRequest\"\x1a\n\x18ResetPrefixCacheResponse\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"%\n\x0cPauseRequest\x12\x15\n\rabort_running\x18\x01 \x01(\x08\"\x0f\n\rPauseResponse\"\x0f\n\rResumeRequest\"\x10\n\x0eResumeResponse\"\x13\n\x11GetMetricsRequest\"-\n\x12GetMetricsResponse\x12\x17\n\x0fprometheus_text\x18\x01 \x01(\t*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03*a\n\x0cLogprobsMode\x12\x1d\n\x19LOGPROBS_MODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LOGPROBS_MODE_PROCESSED\x10\x01\x12\x15\n\x11LOGPROBS_MODE_RAW\x10\x02\x32\xee\x04\n\x0eRolloutService\x12G\n\x08Generate\x12\x1b.rollout.v1.GenerateRequest\x1a\x1c.rollout.v1.GenerateResponse0\x01\x12T\n\rGenerateBatch\x12 .rollout.v1.GenerateBatchRequest\x1a!.rollout.v1.GenerateBatchResponse\x12T\n\rGetServerInfo\x12 .rollout.v1.GetServerInfoRequest\x1a!.rollout.v1.GetServerInfoResponse\x12]\n\x10ResetPrefixCache\x12#.rollout.v1.ResetPrefixCacheRequest\x1a$.rollout.v1.ResetPrefixCacheResponse\x12<\n\x05\x41\x62ort\x12\x18.rollout.v1.AbortRequest\x1a\x19.rollout.v1.AbortResponse\x12<\n\x05Pause\x12\x18.rollout.v1.PauseRequest\x1a\x19.rollout.v1.PauseResponse\x12?\n\x06Resume\x12\x19.rollout.v1.ResumeRequest\x1a\x1a.rollout.v1.ResumeResponse\x12K\n\nGetMetrics\x12\x1d.rollout.v1.GetMetricsRequest\x1a\x1e.rollout.v1.GetMetricsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.rollout_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=2312
-  _globals['_FINISHREASON']._serialized_end=2432
-  _globals['_LOGPROBSMODE']._serialized_start=2434
-  _globals['_LOGPROBSMODE']._serialized_end=2531
+  _globals['_FINISHREASON']._serialized_start=2357
+  _globals['_FINISHREASON']._serialized_end=2477
+  _globals['_LOGPROBSMODE']._serialized_start=2479
+  _globals['_LOGPROBSMODE']._serialized_end=2576
   _globals['_SAMPLINGPARAMS']._serialized_start=41
   _globals['_SAMPLINGPARAMS']._serialized_end=464
   _globals['_TOKENIDS']._serialized_start=466
@@ -52,39 +52,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPLOGPROBS']._serialized_start=907
   _globals['_TOPLOGPROBS']._serialized_end=961
   _globals['_SAMPLE']._serialized_start=964
-  _globals['_SAMPLE']._serialized_end=1172
-  _globals['_GENERATERESPONSE']._serialized_start=1175
-  _globals['_GENERATERESPONSE']._serialized_end=1318
-  _globals['_GENERATEBATCHREQUEST']._serialized_start=1320
-  _globals['_GENERATEBATCHREQUEST']._serialized_end=1443
-  _globals['_PROMPTRESULT']._serialized_start=1445
-  _globals['_PROMPTRESULT']._serialized_end=1542
-  _globals['_GENERATEBATCHRESPONSE']._serialized_start=1544
-  _globals['_GENERATEBATCHRESPONSE']._serialized_end=1610
-  _globals['_GETSERVERINFOREQUEST']._serialized_start=1612
-  _globals['_GETSERVERINFOREQUEST']._serialized_end=1634
-  _globals['_GETSERVERINFORESPONSE']._serialized_start=1637
-  _globals['_GETSERVERINFORESPONSE']._serialized_end=2028
-  _globals['_RESETPREFIXCACHEREQUEST']._serialized_start=2030
-  _globals['_RESETPREFIXCACHEREQUEST']._serialized_end=2055
-  _globals['_RESETPREFIXCACHERESPONSE']._serialized_start=2057
-  _globals['_RESETPREFIXCACHERESPONSE']._serialized_end=2083
-  _globals['_ABORTREQUEST']._serialized_start=2085
-  _globals['_ABORTREQUEST']._serialized_end=2119
-  _globals['_ABORTRESPONSE']._serialized_start=2121
-  _globals['_ABORTRESPONSE']._serialized_end=2151
-  _globals['_PAUSEREQUEST']._serialized_start=2153
-  _globals['_PAUSEREQUEST']._serialized_end=2190
-  _globals['_PAUSERESPONSE']._serialized_start=2192
-  _globals['_PAUSERESPONSE']._serialized_end=2207
-  _globals['_RESUMEREQUEST']._serialized_start=2209
-  _globals['_RESUMEREQUEST']._serialized_end=2224
-  _globals['_RESUMERESPONSE']._serialized_start=2226
-  _globals['_RESUMERESPONSE']._serialized_end=2242
-  _globals['_GETMETRICSREQUEST']._serialized_start=2244
-  _globals['_GETMETRICSREQUEST']._serialized_end=2263
-  _globals['_GETMETRICSRESPONSE']._serialized_start=2265
-  _globals['_GETMETRICSRESPONSE']._serialized_end=2310
-  _globals['_ROLLOUTSERVICE']._serialized_start=2534
-  _globals['_ROLLOUTSERVICE']._serialized_end=3156
+  _globals['_SAMPLE']._serialized_end=1195
+  _globals['_GENERATERESPONSE']._serialized_start=1198
+  _globals['_GENERATERESPONSE']._serialized_end=1341
+  _globals['_GENERATEBATCHREQUEST']._serialized_start=1343
+  _globals['_GENERATEBATCHREQUEST']._serialized_end=1466
+  _globals['_PROMPTRESULT']._serialized_start=1468
+  _globals['_PROMPTRESULT']._serialized_end=1565
+  _globals['_GENERATEBATCHRESPONSE']._serialized_start=1567
+  _globals['_GENERATEBATCHRESPONSE']._serialized_end=1633
+  _globals['_GETSERVERINFOREQUEST']._serialized_start=1635
+  _globals['_GETSERVERINFOREQUEST']._serialized_end=1657
+  _globals['_GETSERVERINFORESPONSE']._serialized_start=1660
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=2073
+  _globals['_RESETPREFIXCACHEREQUEST']._serialized_start=2075
+  _globals['_RESETPREFIXCACHEREQUEST']._serialized_end=2100
+  _globals['_RESETPREFIXCACHERESPONSE']._serialized_start=2102
+  _globals['_RESETPREFIXCACHERESPONSE']._serialized_end=2128
+  _globals['_ABORTREQUEST']._serialized_start=2130
+  _globals['_ABORTREQUEST']._serialized_end=2164
+  _globals['_ABORTRESPONSE']._serialized_start=2166
+  _globals['_ABORTRESPONSE']._serialized_end=2196
+  _globals['_PAUSEREQUEST']._serialized_start=2198
+  _globals['_PAUSEREQUEST']._serialized_end=2235
+  _globals['_PAUSERESPONSE']._serialized_start=2237
+  _globals['_PAUSERESPONSE']._serialized_end=2252
+  _globals['_RESUMEREQUEST']._serialized_start=2254
+  _globals['_RESUMEREQUEST']._serialized_end=2269
+  _globals['_RESUMERESPONSE']._serialized_start=2271
+  _globals['_RESUMERESPONSE']._serialized_end=2287
+  _globals['_GETMETRICSREQUEST']._serialized_start=2289
+  _globals['_GETMETRICSREQUEST']._serialized_end=2308
+  _globals['_GETMETRICSRESPONSE']._serialized_start=2310
+  _globals['_GETMETRICSRESPONSE']._serialized_end=2355
+  _globals['_ROLLOUTSERVICE']._serialized_start=2579
+  _globals['_ROLLOUTSERVICE']._serialized_end=3201
 # @@protoc_insertion_point(module_scope)

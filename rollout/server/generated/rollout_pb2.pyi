@@ -112,7 +112,7 @@ class TopLogprobs(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class Sample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "kept_log_mass")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class Sample(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    KEPT_LOG_MASS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
@@ -127,7 +128,8 @@ class Sample(_message.Message):
     finish_reason: FinishReason
     weight_version: int
     text: str
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    kept_log_mass: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., kept_log_mass: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples")
@@ -174,7 +176,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version")
+    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +193,7 @@ class GetServerInfoResponse(_message.Message):
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     HAS_TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIG_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dtype: str
@@ -207,7 +210,8 @@ class GetServerInfoResponse(_message.Message):
     max_num_seqs: int
     has_tokenizer: bool
     version: str
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
+    model_config: str
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ...) -> None: ...
 
 class ResetPrefixCacheRequest(_message.Message):
     __slots__ = ()
