@@ -102,7 +102,8 @@ class RolloutGeneration(VLLMGeneration):
                 f"generation_kwargs {unsupported} have no rollout equivalent; supported: {SUPPORTED_GENERATION_KWARGS}"
             )
         extra = dict(self.generation_kwargs)
-        stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + self.eos_token_ids
+        eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
+        stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
         return SamplingParams(
             n=n,
             max_tokens=max_tokens or self.max_completion_length or self.context_length,
@@ -166,7 +167,8 @@ class RolloutGeneration(VLLMGeneration):
         tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         count = max(len(parity_probe.PROBE_TEXTS), len(self.client.addresses))  # every server gets one
         texts = [parity_probe.PROBE_TEXTS[i % len(parity_probe.PROBE_TEXTS)] for i in range(count)]
-        prompt_ids = [tokenizer(text)["input_ids"] for text in texts]
+        fits = max(1, self.context_length - parity_probe.PROBE_TOKENS)  # a short-context server still fits
+        prompt_ids = [tokenizer(text)["input_ids"][-fits:] for text in texts]
         outputs = self.client.generate(prompt_ids, parity_probe.probe_params())
         return parity_probe.probe_samples(prompt_ids, [output.outputs for output in outputs])
 
