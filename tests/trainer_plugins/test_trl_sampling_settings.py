@@ -111,3 +111,34 @@ def test_importance_sampling_ratio_under_top_k_measures_drift_not_the_kept_mass(
     # tiny model at first), and a sequence's ratio by their product.
     assert max(logged(renormalised, "sampling/importance_sampling_ratio/max")) < 0.2
     assert "TRL issue #6789" in caplog.text
+
+
+def documented_rollout_func(prompts: list[str], trainer: RolloutGRPOTrainer) -> dict[str, list]:
+    """The `rollout_func` of docs/trl.md, as written there."""
+    ids = [trainer.processing_class(p)["input_ids"] for p in prompts]
+    prompt_ids, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
+        ids, None, trainer.num_generations
+    )
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": [[lp[0] for lp in seq] for seq in logprobs],
+    }
+
+
+@pytest.mark.slow
+def test_the_documented_rollout_func_layout_gives_exact_sampling_logprobs(tmp_path: Path) -> None:
+    with serving_model(tmp_path) as address:
+        tokenizer = make_tokenizer()
+        trainer = RolloutGRPOTrainer(
+            make_model(tokenizer, seed=0),
+            length_reward,
+            grpo_args(tmp_path, top_k=3),
+            train_dataset=make_dataset(),
+            processing_class=tokenizer,
+            rollout_func=documented_rollout_func,
+            rollout_config=RolloutConfig(server=address, wait_timeout=120),
+        )
+        trainer.train()
+    assert max(logged(trainer, "sampling/sampling_logp_difference/max")) < 1e-4
+    assert min(logged(trainer, "sampling/importance_sampling_ratio/min")) > 0.999
