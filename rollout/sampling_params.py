@@ -29,6 +29,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     logprobs_mode: str = "processed"
+    return_kept_tokens: bool = False  # per token, the ids top-k/top-p/min-p kept (engine/truncation_mass.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
@@ -53,6 +54,8 @@ class SamplingParams:
             _check_int("stop_token_ids", token_id, minimum=0)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, minimum=0)
+        if not isinstance(self.return_kept_tokens, bool):
+            raise ValueError(f"return_kept_tokens must be a bool, got {self.return_kept_tokens!r}")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from rollout.engine.host_to_device import to_device
-from rollout.engine.truncation_mass import kept_log_masses
+from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.sampling_params import SamplingParams
 
 
@@ -35,6 +35,7 @@ class SamplerOutput:
     logprobs: list[float | None]
     top_logprobs: list[dict[int, float] | None]
     kept_log_masses: list[float | None] | None = None  # per row with logprobs: truncation_mass.py
+    kept_token_ids: list[list[int] | None] | None = None  # per row with return_kept_tokens
 
 
 class Sampler:
@@ -55,6 +56,7 @@ class Sampler:
         token_ids = self._draw(processed, rows)
         out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
         out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs)
+        out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         return out
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:

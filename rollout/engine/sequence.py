@@ -38,6 +38,7 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
+    kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
     generator: torch.Generator | None = None
     finish_reason: str | None = None
 

@@ -1,4 +1,4 @@
-"""How much probability the truncation filters (top-k, top-p, min-p) kept, per sampled row.
+"""What the truncation filters (top-k, top-p, min-p) kept, per sampled row: its probability mass, its ids.
 
 "processed" logprobs are renormalised over the kept tokens, so they differ from the untruncated
 temperature-scaled logprobs a trainer recomputes by exactly log(kept mass). Returning that term
@@ -31,3 +31,15 @@ def kept_log_masses(
         return None
     masses = kept_log_mass(scaled, truncated).tolist()
     return [mass if lp is not None else None for mass, lp in zip(masses, logprobs, strict=True)]
+
+
+def kept_token_ids(truncated: torch.Tensor, wanted: list[bool]) -> list[list[int] | None] | None:
+    """The ids each wanted row kept (the support its token was drawn from), ascending; None elsewhere."""
+    if not any(wanted):
+        return None
+    rows = [i for i, want in enumerate(wanted) if want]
+    kept = torch.isfinite(truncated[rows]).cpu()  # one copy for all wanted rows
+    ids: list[list[int] | None] = [None] * len(wanted)
+    for row, mask in zip(rows, kept, strict=True):
+        ids[row] = mask.nonzero()[:, 0].tolist()
+    return ids

@@ -61,6 +61,7 @@ def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=params.ignore_eos,
         logprobs_mode=_MODE_TO_PB[params.logprobs_mode],
+        return_kept_tokens=params.return_kept_tokens,
     )
     for name in _OPTIONAL_FIELDS:
         value = getattr(params, name)
@@ -77,7 +78,10 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
             raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
         kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
     return SamplingParams(
-        **kwargs, stop_token_ids=tuple(message.stop_token_ids), ignore_eos=message.ignore_eos
+        **kwargs,
+        stop_token_ids=tuple(message.stop_token_ids),
+        ignore_eos=message.ignore_eos,
+        return_kept_tokens=message.return_kept_tokens,
     )
 
 
@@ -89,6 +93,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         finish_reason=_FINISH_TO_PB[sample.finish_reason],
         weight_version=sample.weight_version,
         kept_log_mass=sample.kept_log_mass or [],
+        kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
     )
     for position in sample.top_logprobs or []:
         entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
@@ -111,6 +116,8 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         weight_version=message.weight_version,
         text=message.text if message.HasField("text") else None,
         kept_log_mass=list(message.kept_log_mass) if logprobs and _per_token(message) else None,
+        # sent only on request (return_kept_tokens), one entry per token, so presence says it was asked for
+        kept_token_ids=[list(t.ids) for t in message.kept_token_ids] if message.kept_token_ids else None,
     )
 
 

@@ -79,3 +79,21 @@ def test_kept_log_mass_reaches_the_completion_one_per_token() -> None:
     assert all(m < 0 for m in sample.kept_log_mass)
     no_cut = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, seed=0, logprobs=0, ignore_eos=True))
     assert no_cut[0].outputs[0].kept_log_mass == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("params", CASES, ids=["top_k", "top_p", "min_p", "all_three_raw"])
+def test_kept_token_ids_on_request_are_the_truncated_support(params: SamplingParams) -> None:
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(6)) * 2
+    asked = SamplingParams(**{**params.__dict__, "return_kept_tokens": True})
+    rows = [SampleRow(p, torch.Generator().manual_seed(i), []) for i, p in enumerate([asked, params, asked])]
+    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    assert out.kept_token_ids[1] is None
+    for i in (0, 2):
+        probs = (logits[i].double() / params.temperature).softmax(-1)
+        assert out.kept_token_ids[i] == kept_set(probs, params).nonzero()[:, 0].tolist()
+        assert out.token_ids[i] in out.kept_token_ids[i]
+
+
+def test_return_kept_tokens_is_validated() -> None:
+    with pytest.raises(ValueError, match="return_kept_tokens"):
+        SamplingParams(return_kept_tokens="yes")

@@ -29,3 +29,17 @@ def test_kept_log_mass_through_the_client_equals_offline() -> None:
         for a, b in zip(got.outputs, want.outputs, strict=True):
             assert a.kept_log_mass == b.kept_log_mass and len(a.kept_log_mass) == len(a.token_ids)
             assert all(m < 0 for m in a.kept_log_mass)
+
+
+def test_kept_token_ids_on_request_through_the_client_equal_offline() -> None:
+    prompts = random_prompts(2, 3, 10, seed=6)
+    params = SamplingParams(n=2, max_tokens=4, temperature=3.0, top_k=4, seed=2, return_kept_tokens=True)
+    offline = tiny_llm(max_num_seqs=64).generate(prompts, params)
+    with serving() as server, client_for(server) as client:
+        online = client.generate(prompts, params)
+        plain = client.generate(prompts, SamplingParams(max_tokens=2, top_k=4, seed=2))
+    assert [o.outputs for o in online] == [o.outputs for o in offline]
+    for sample in (s for o in online for s in o.outputs):
+        assert [len(ids) for ids in sample.kept_token_ids] == [4] * len(sample.token_ids)
+        assert all(t in ids for t, ids in zip(sample.token_ids, sample.kept_token_ids, strict=True))
+    assert all(s.kept_token_ids is None for o in plain for s in o.outputs)

@@ -28,7 +28,7 @@ LOGPROBS_MODE_PROCESSED: LogprobsMode
 LOGPROBS_MODE_RAW: LogprobsMode
 
 class SamplingParams(_message.Message):
-    __slots__ = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "logprobs", "logprobs_mode")
+    __slots__ = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "logprobs", "logprobs_mode", "return_kept_tokens")
     N_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class SamplingParams(_message.Message):
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
+    RETURN_KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     n: int
     max_tokens: int
     temperature: float
@@ -53,7 +54,8 @@ class SamplingParams(_message.Message):
     ignore_eos: bool
     logprobs: int
     logprobs_mode: LogprobsMode
-    def __init__(self, n: _Optional[int] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., logprobs: _Optional[int] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ...) -> None: ...
+    return_kept_tokens: bool
+    def __init__(self, n: _Optional[int] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., logprobs: _Optional[int] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., return_kept_tokens: _Optional[bool] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -112,7 +114,7 @@ class TopLogprobs(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class Sample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "kept_log_mass")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "kept_log_mass", "kept_token_ids")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +123,7 @@ class Sample(_message.Message):
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     KEPT_LOG_MASS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
@@ -129,7 +132,8 @@ class Sample(_message.Message):
     weight_version: int
     text: str
     kept_log_mass: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., kept_log_mass: _Optional[_Iterable[float]] = ...) -> None: ...
+    kept_token_ids: _containers.RepeatedCompositeFieldContainer[TokenIds]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples")
