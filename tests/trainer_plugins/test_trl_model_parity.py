@@ -97,7 +97,7 @@ def test_parity_probe_runs_again_after_a_restart_and_catches_another_model(tmp_p
                 servers.append(start_server(other, port, tmp_path / "other.log"))
 
         backend.sync_weights = push_then_restart
-        with pytest.raises(ParityMismatch, match="after the server restarted"):
+        with pytest.raises(ParityMismatch, match="after re-pushing to a server that lost the weights"):
             trainer.train()
     finally:
         for server in servers:

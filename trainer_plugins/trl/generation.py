@@ -133,7 +133,9 @@ class RolloutGeneration(VLLMGeneration):
         if self.probe_due:
             self.probe_due = False
             self._probe_parity(
-                "after the first weight push" if self.probes == 0 else "after the server restarted"
+                "after the first weight push"
+                if self.probes == 0
+                else "after re-pushing to a server that lost the weights"
             )
             self.probes += 1
 
