@@ -116,13 +116,12 @@ def test_importance_sampling_ratio_under_top_k_measures_drift_not_the_kept_mass(
 def documented_rollout_func(prompts: list[str], trainer: RolloutGRPOTrainer) -> dict[str, list]:
     """The `rollout_func` of docs/trl.md, as written there."""
     ids = [trainer.processing_class(p)["input_ids"] for p in prompts]
-    prompt_ids, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
-        ids, None, trainer.num_generations
-    )
+    n = trainer.num_generations
+    prompt_ids, completion_ids, logprobs, _ = trainer.vllm_generation.generate(ids, None, n)
     return {
         "prompt_ids": prompt_ids,
         "completion_ids": completion_ids,
-        "logprobs": [[lp[0] for lp in seq] for seq in logprobs],
+        "logprobs": [[lp[0] for lp in seq] for seq in logprobs],  # from vLLM's [token][top-k] layout
     }
 
 
