@@ -32,6 +32,7 @@ class SamplingParams:
     # Versions a sample's KV may fall behind the weights before its update's in-flight policy
     # applies to it (None: the server's default; rollout/engine/in_flight.py).
     max_staleness: int | None = None
+    return_kept_tokens: bool = False  # per token, the ids top-k/top-p/min-p kept (engine/truncation_mass.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
@@ -58,6 +59,8 @@ class SamplingParams:
             _check_int("logprobs", self.logprobs, minimum=0)
         if self.max_staleness is not None:
             _check_int("max_staleness", self.max_staleness, minimum=0)
+        if not isinstance(self.return_kept_tokens, bool):
+            raise ValueError(f"return_kept_tokens must be a bool, got {self.return_kept_tokens!r}")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
 

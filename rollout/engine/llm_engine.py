@@ -239,6 +239,9 @@ class LLMEngine:
             self._num_generated_tokens += 1
             if out.logprobs[i] is not None:
                 seq.logprobs.append(out.logprobs[i])
+                seq.kept_log_mass.append(out.kept_log_masses[i])
+            if seq.request.params.return_kept_tokens:
+                seq.kept_token_ids.append(out.kept_token_ids[i])
             if out.top_logprobs[i] is not None:
                 seq.top_logprobs.append(out.top_logprobs[i])
             reason = self._finish_reason(seq)
@@ -286,6 +289,8 @@ class LLMEngine:
             text=text,
             weight_versions=list(seq.weight_versions),
             kv_versions=list(seq.kv_versions),
+            kept_log_mass=list(seq.kept_log_mass) if want else None,
+            kept_token_ids=list(seq.kept_token_ids) if request.params.return_kept_tokens else None,
         )
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:

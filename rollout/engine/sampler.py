@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.sampling_params import SamplingParams
 
 
@@ -33,6 +34,8 @@ class SamplerOutput:
     token_ids: list[int]
     logprobs: list[float | None]
     top_logprobs: list[dict[int, float] | None]
+    kept_log_masses: list[float | None] | None = None  # per row with logprobs: truncation_mass.py
+    kept_token_ids: list[list[int] | None] | None = None  # per row with return_kept_tokens
 
 
 class Sampler:
@@ -45,13 +48,16 @@ class Sampler:
             torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
         )
         logits = _apply_repetition_penalty(logits, rows)
-        logits = _apply_temperature(logits, rows)
+        scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
         logits = _apply_top_p(logits, rows)
         logits = _apply_min_p(logits, rows)
         processed = torch.log_softmax(logits, dim=-1)
         token_ids = self._draw(processed, rows)
-        return _gather_logprobs(processed, raw_logprobs, token_ids, rows)
+        out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
+        out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs)
+        out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
+        return out
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         greedy = [row.params.greedy for row in rows]

@@ -37,6 +37,8 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
+    kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
     generator: torch.Generator | None = None
     finish_reason: str | None = None
     # Provenance (rollout/engine/provenance.py): spans of (output token index, weight version) for

@@ -55,6 +55,7 @@ class ServerInfo:
     max_num_seqs: int
     has_tokenizer: bool
     version: str
+    model_config: str = ""  # JSON of the model's config; "" from a server that predates it
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
@@ -62,6 +63,7 @@ def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=params.ignore_eos,
         logprobs_mode=_MODE_TO_PB[params.logprobs_mode],
+        return_kept_tokens=params.return_kept_tokens,
     )
     for name in _OPTIONAL_FIELDS:
         value = getattr(params, name)
@@ -78,7 +80,10 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
             raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
         kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
     return SamplingParams(
-        **kwargs, stop_token_ids=tuple(message.stop_token_ids), ignore_eos=message.ignore_eos
+        **kwargs,
+        stop_token_ids=tuple(message.stop_token_ids),
+        ignore_eos=message.ignore_eos,
+        return_kept_tokens=message.return_kept_tokens,
     )
 
 
@@ -91,6 +96,8 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         weight_version=sample.weight_version,
         weight_versions=spans_to_proto(sample.weight_versions),
         kv_versions=spans_to_proto(sample.kv_versions),
+        kept_log_mass=sample.kept_log_mass or [],
+        kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
     )
     for position in sample.top_logprobs or []:
         entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
@@ -114,7 +121,15 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         text=message.text if message.HasField("text") else None,
         weight_versions=spans_from_proto(message.weight_versions),
         kv_versions=spans_from_proto(message.kv_versions),
+        kept_log_mass=list(message.kept_log_mass) if logprobs and _per_token(message) else None,
+        # sent only on request (return_kept_tokens), one entry per token, so presence says it was asked for
+        kept_token_ids=[list(t.ids) for t in message.kept_token_ids] if message.kept_token_ids else None,
     )
+
+
+def _per_token(message: pb.Sample) -> bool:
+    """A server that predates kept_log_mass sends none; then the field stays None, not []."""
+    return len(message.kept_log_mass) == len(message.logprobs)
 
 
 def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
@@ -179,6 +194,7 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         max_num_seqs=message.max_num_seqs,
         has_tokenizer=message.has_tokenizer,
         version=message.version,
+        model_config=message.model_config,
     )
 
 

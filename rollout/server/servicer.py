@@ -158,6 +158,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             max_num_seqs=engine.config.max_num_seqs,
             has_tokenizer=engine.tokenizer is not None,
             version=rollout.__version__,
+            model_config=engine.model.config.to_json_string(use_diff=False),
         )
 
     def ResetPrefixCache(

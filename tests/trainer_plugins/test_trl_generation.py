@@ -32,7 +32,7 @@ class LocalClient:
         self.restart()
         self.calls: list[tuple[int, SamplingParams]] = []
         self.down = False  # a server that died and does not come back
-        self.before_generate = lambda: None  # e.g. another writer pushing its own weights
+        self.before_generate = lambda params: None  # e.g. another writer pushing its own weights
 
     def restart(self) -> None:
         self.llm = LLM(model=make_model(self.tokenizer, seed=1), tokenizer=self.tokenizer)
@@ -44,12 +44,17 @@ class LocalClient:
     def server_info(self, address: str | None = None) -> SimpleNamespace:
         info = self.llm.engine.model_info
         return SimpleNamespace(
-            weight_version=self.llm.weight_version, vocab_size=info.vocab_size, architecture=None
+            weight_version=self.llm.weight_version,
+            vocab_size=info.vocab_size,
+            architecture=None,
+            dtype=info.dtype,
+            max_model_len=info.max_model_len,
+            model_config=self.llm.engine.model.config.to_json_string(use_diff=False),
         )
 
     def generate(self, prompts: list, params: SamplingParams) -> list[RequestOutput]:
         self.calls.append((len(prompts), params))
-        self.before_generate()
+        self.before_generate(params)
         return self.llm.generate(prompts, params)
 
     def update_weights(self, named_tensors: list, transport: str = "grpc") -> int:
@@ -98,7 +103,9 @@ def test_each_prompt_is_requested_once_with_n_and_grpo_sampling_settings(tmp_pat
     trainer = make_trainer(tmp_path, monkeypatch, temperature=0.7, top_p=0.9, top_k=5, repetition_penalty=1.1)
     trainer.train()
     client = trainer.rollout_client
-    rounds = client.calls[1:]  # the first call is the start-up vocabulary probe
+    # the first call is the start-up vocabulary probe, the second the parity probe after the first push
+    assert client.calls[1][1].logprobs_mode == "raw"
+    rounds = client.calls[2:]
     assert client.llm.weight_version == 3  # one push per round
     assert [num_prompts for num_prompts, _ in rounds] == [2, 2, 2]  # 8 samples = 2 prompts x n=4
     params = rounds[0][1]
@@ -151,7 +158,8 @@ def test_another_writer_pushing_every_round_is_refused_not_trained_on(tmp_path, 
     trainer = make_trainer(tmp_path, monkeypatch)
     client = trainer.rollout_client
     intruder = list(make_model(make_tokenizer(), seed=7).named_parameters())
-    client.before_generate = lambda: client.llm.update_weights(intruder)
+    # before every round's request, not the parity probe's (which would catch it first)
+    client.before_generate = lambda params: params.n == 4 and client.llm.update_weights(intruder)
     with pytest.raises(StaleWeightsError, match="another trainer pushing"):
         trainer.train()
     assert trainer.state.global_step == 0

@@ -6,17 +6,20 @@ GRPO step on 2 CPU cores takes well under a second.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig
 
-from tests.serve_process import start_serve
+from tests.serve_process import announced_address, start_serve, stop_server
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+= abcdefghijklmnopqrstuvwxyz:,.")
@@ -34,21 +37,25 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def make_model(
-    tokenizer: PreTrainedTokenizerFast, seed: int = 0, vocab_size: int | None = None
+    tokenizer: PreTrainedTokenizerFast, seed: int = 0, vocab_size: int | None = None, **overrides: object
 ) -> LlamaForCausalLM:
+    """`overrides`: LlamaConfig settings that differ from the tiny defaults (rope, activation, tying...)."""
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size or len(tokenizer),
+    settings = dict(
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+    config = LlamaConfig(
+        vocab_size=vocab_size or len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
+        **{**settings, **overrides},
     )
     model = LlamaForCausalLM(config).to(torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -56,9 +63,9 @@ def make_model(
     return model
 
 
-def save_model_dir(path: Path, seed: int = 0) -> Path:
+def save_model_dir(path: Path, seed: int = 0, **overrides: object) -> Path:
     tokenizer = make_tokenizer()
-    make_model(tokenizer, seed).save_pretrained(path)
+    make_model(tokenizer, seed, **overrides).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
@@ -78,12 +85,48 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
-    """`rollout serve` of `model_dir` as a child process; the caller stops it with `stop_server`."""
-    return start_serve(["--model", str(model_dir), "--port", str(port)], log_path)
+def start_server(model_dir: Path, port: int, log_path: Path, *extra: str) -> subprocess.Popen:
+    """`rollout serve` of `model_dir` (plus `extra` flags) as a child process; stop it with `stop_server`."""
+    return start_serve(["--model", str(model_dir), "--port", str(port), *extra], log_path)
 
 
 def wait_for_exit_or(process: subprocess.Popen, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving_model(tmp_path: Path, *extra: str, seed: int = 1, **overrides: object) -> Iterator[str]:
+    """A `rollout serve` child hosting a fresh tiny model with config `overrides`; yields its address."""
+    model_dir = save_model_dir(tmp_path / f"served_{seed}_{len(list(tmp_path.iterdir()))}", seed, **overrides)
+    log_path = model_dir.with_suffix(".log")
+    process = start_server(model_dir, 0, log_path, *extra)
+    try:
+        yield announced_address(process, log_path)
+    finally:
+        stop_server(process)
+
+
+def grpo_args(tmp_path: Path, max_steps: int = 2, **overrides: object) -> GRPOConfig:
+    """A CPU GRPOConfig small enough for a step in about a second."""
+    settings = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=max_steps,
+        learning_rate=5e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        bf16=False,
+        use_cpu=True,
+        seed=0,
+    )
+    return GRPOConfig(**{**settings, **overrides})
+
+
+def logged(trainer: object, metric: str) -> list[float]:
+    """One value of a TRL metric per logged training step."""
+    return [h[metric] for h in trainer.state.log_history if "loss" in h]

@@ -7,10 +7,12 @@ Switching a vLLM server-mode script: replace `GRPOTrainer` with `RolloutGRPOTrai
 
 from .config import RolloutConfig
 from .generation import RolloutBatch, RolloutGeneration, StaleWeightsError
+from .parity_probe import ParityMismatch
 from .server_checks import RolloutModelMismatch, RolloutServerUnavailable
 from .trainer import RolloutGRPOTrainer
 
 __all__ = [
+    "ParityMismatch",
     "RolloutBatch",
     "RolloutConfig",
     "RolloutGRPOTrainer",

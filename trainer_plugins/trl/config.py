@@ -24,6 +24,14 @@ class RolloutConfig:
     `transport_options`: extra keyword arguments for `RolloutClient.update_weights`
     (for example the directory of the "disk" transport).
     `wait_timeout`: seconds to wait for the server at start-up before failing.
+    `check_vocabulary`: tokenize a probe string on the server and refuse another tokenizer.
+    `parity_probe`: after the first push (and after a server restart), score a few server samples
+    with the trainer's model and refuse to train when the logprobs differ beyond numerical noise.
+    `parity_tolerance`: that limit, mean |difference| per token in nats; None: by the dtypes
+    involved (parity_probe.TOLERANCE_BY_DTYPE).
+    `untruncated_logprobs`: hand TRL, per sampled token, the server's processed logprob plus the
+    log of the probability mass top-k/top-p/min-p kept (the untruncated temperature-scaled logprob
+    its importance-sampling correction recomputes); False hands it the renormalised one.
     """
 
     server: str | list[str] = "127.0.0.1:50051"
@@ -33,6 +41,9 @@ class RolloutConfig:
     transport_options: dict[str, Any] = field(default_factory=dict)
     wait_timeout: float = 240.0
     check_vocabulary: bool = True
+    parity_probe: bool = True
+    parity_tolerance: float | None = None
+    untruncated_logprobs: bool = True
 
     def __post_init__(self) -> None:
         servers = [self.server] if isinstance(self.server, str) else list(self.server)
@@ -42,6 +53,8 @@ class RolloutConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if self.wait_timeout <= 0:
             raise ValueError(f"wait_timeout must be > 0 seconds, got {self.wait_timeout}")
+        if self.parity_tolerance is not None and not self.parity_tolerance > 0:
+            raise ValueError(f"parity_tolerance must be > 0 nats (or None), got {self.parity_tolerance}")
 
     @property
     def addresses(self) -> list[str]:

@@ -9,6 +9,8 @@ only the two calls that reach a server are replaced.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +20,15 @@ from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from rollout.client import RolloutClient
-from rollout.outputs import RequestOutput
+from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.weights.client_push import WeightSyncError
 
-from . import server_checks
+from . import parity_probe, push_dtype, server_checks
 from .config import RolloutConfig
+from .truncation import TruncationCorrection
+
+logger = logging.getLogger(__name__)
 
 # generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent.
 SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos")
@@ -42,7 +47,12 @@ class RolloutGeneration(VLLMGeneration):
         self.client: RolloutClient | None = None
         self.pushed_version: int | None = None
         self.served_versions: dict[str, int] = {}  # per server address, right after our last push
+        self.probe_due = config.parity_probe  # after the first push and after a server lost our weights
+        self.probes = 0
+        self.server_dtype: torch.dtype | None = None  # main process: what pushes are cast to
+        self.context_length: int | None = None  # main process: the servers' smallest max_model_len
         args = trainer.args
+        self.truncation = TruncationCorrection.of(trainer, config)
         super().__init__(
             model=trainer.model,
             accelerator=trainer.accelerator,
@@ -63,14 +73,25 @@ class RolloutGeneration(VLLMGeneration):
 
     def _init_vllm(self) -> None:
         """Connects (main process only) and checks the server hosts the trainer's model."""
-        self.sampling_params(1)  # fail fast on unsupported generation settings, on every process
+        self.sampling_params(1, max_tokens=1)  # fail fast on unsupported generation settings, everywhere
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
             server_checks.check_server(self.client, self.model, self.processing_class, self.rollout_config)
-        self.accelerator.wait_for_everyone()
+            infos = [self.client.server_info(address) for address in self.client.addresses]
+            facts = (
+                push_dtype.server_dtype(infos, self.client.addresses),
+                min(i.max_model_len for i in infos),
+            )
+        self.server_dtype, self.context_length = self._broadcast(
+            facts if self.accelerator.is_main_process else None
+        )
 
-    def sampling_params(self, n: int) -> SamplingParams:
-        """GRPOConfig's sampling settings as rollout SamplingParams (what TRL sends vLLM)."""
+    def sampling_params(self, n: int, max_tokens: int | None = None) -> SamplingParams:
+        """GRPOConfig's sampling settings as rollout SamplingParams (what TRL sends vLLM).
+
+        `max_completion_length=None` means "up to the context": the servers stop a sample when
+        prompt + completion fill their max_model_len.
+        """
         if self.structured_outputs_regex is not None:
             raise NotImplementedError(
                 "vllm_structured_outputs_regex (guided decoding) has no rollout equivalent; unset it."
@@ -81,10 +102,11 @@ class RolloutGeneration(VLLMGeneration):
                 f"generation_kwargs {unsupported} have no rollout equivalent; supported: {SUPPORTED_GENERATION_KWARGS}"
             )
         extra = dict(self.generation_kwargs)
-        stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + self.eos_token_ids
+        eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
+        stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
         return SamplingParams(
             n=n,
-            max_tokens=self.max_completion_length,
+            max_tokens=max_tokens or self.max_completion_length or self.context_length,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k or 0,
@@ -99,12 +121,27 @@ class RolloutGeneration(VLLMGeneration):
     # -- weight sync ----------------------------------------------------------------------------
 
     def sync_weights(self) -> None:
-        """Pushes the trainer's (gathered, PEFT-merged) weights; every process takes part in the gather."""
-        if not self.accelerator.is_main_process:
+        """Pushes the trainer's (gathered, PEFT-merged) weights; every process takes part in the gather.
+
+        The first push, and the first after a server lost the weights, is followed by the parity probe.
+        """
+        if self.accelerator.is_main_process:
+            self._push()
+        else:
             for _ in self._iter_named_params():  # the gathers are collectives
                 pass
-            return
+        if self.probe_due:
+            self.probe_due = False
+            self._probe_parity(
+                "after the first weight push"
+                if self.probes == 0
+                else "after re-pushing to a server that lost the weights"
+            )
+            self.probes += 1
+
+    def _push(self) -> None:
         named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
+        named = push_dtype.cast(named, self.server_dtype)
         try:
             version = self.client.update_weights(
                 named, transport=self.rollout_config.transport, **self.rollout_config.transport_options
@@ -116,6 +153,26 @@ class RolloutGeneration(VLLMGeneration):
             raise mismatch from exc
         self.pushed_version = int(version)
         self.served_versions = self._server_versions()
+
+    def _probe_parity(self, where: str) -> None:
+        """Main process samples, every process scores (a sharded model's forward is a collective)."""
+        samples = self._broadcast(self._probe_samples() if self.accelerator.is_main_process else None)
+        server_dtype = self.server_dtype or self.model.dtype
+        names = (push_dtype.dtype_name(self.model.dtype), push_dtype.dtype_name(server_dtype))
+        limit = parity_probe.tolerance(*names, self.rollout_config.parity_tolerance)
+        mean, worst = parity_probe.compare(self.model, samples, limit, where)
+        logger.info(
+            "rollout parity probe %s: mean |logp diff| %.2e, max %.2e (limit %.2e)", where, mean, worst, limit
+        )
+
+    def _probe_samples(self) -> list[parity_probe.ProbeSample]:
+        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        count = max(len(parity_probe.PROBE_TEXTS), len(self.client.addresses))  # every server gets one
+        texts = [parity_probe.PROBE_TEXTS[i % len(parity_probe.PROBE_TEXTS)] for i in range(count)]
+        fits = max(1, self.context_length - parity_probe.PROBE_TOKENS)  # a short-context server still fits
+        prompt_ids = [tokenizer(text)["input_ids"][-fits:] for text in texts]
+        outputs = self.client.generate(prompt_ids, parity_probe.probe_params())
+        return parity_probe.probe_samples(prompt_ids, [output.outputs for output in outputs])
 
     def _detached(self, tensor: torch.Tensor) -> torch.Tensor:
         # Merged PEFT values and gathered shards only live inside TRL's iterator: keep a copy.
@@ -160,6 +217,7 @@ class RolloutGeneration(VLLMGeneration):
         for _ in range(2):
             is_main = self.accelerator.is_main_process
             if self._broadcast(self._server_lost_weights() if is_main else None):
+                self.probe_due = self.rollout_config.parity_probe
                 self.sync_weights()
             batch = self._broadcast(self._request(unique_prompts, n, profiler) if is_main else None)
             if not batch.stale:
@@ -175,7 +233,7 @@ class RolloutGeneration(VLLMGeneration):
         with profiler or nullcontext():
             outputs = self.client.generate(unique_prompts, self.sampling_params(n))
         accepted = set(self.served_versions.values()) if self.pushed_version is not None else None
-        return RolloutBatch.of(outputs, n, accepted)
+        return RolloutBatch.of(outputs, n, accepted, self.truncation.sampling_logprobs)
 
     def _broadcast(self, obj: Any) -> Any:
         holder = [obj]
@@ -189,12 +247,18 @@ class RolloutBatch:
 
     prompt_ids: list[list[int]]  # one per unique prompt
     completion_ids: list[list[int]]  # one per sample
-    logprobs: list[list[float]]  # one per sample token: log p of the sampled token
+    logprobs: list[list[float]]  # one per sample token: log p of the sampled token (truncation.py)
     versions: list[int]  # weight version each sample was generated with
     stale: bool  # some sample was not generated with the weights this trainer pushed
 
     @classmethod
-    def of(cls, outputs: list[RequestOutput], n: int, accepted_versions: set[int] | None) -> RolloutBatch:
+    def of(
+        cls,
+        outputs: list[RequestOutput],
+        n: int,
+        accepted_versions: set[int] | None,
+        logprobs_of: Callable[[CompletionOutput], list[float]] = lambda sample: list(sample.logprobs),
+    ) -> RolloutBatch:
         if any(len(output.outputs) != n for output in outputs):
             raise RuntimeError(f"the rollout server returned a prompt with other than n={n} samples")
         samples = [sample for output in outputs for sample in output.outputs]
@@ -205,7 +269,7 @@ class RolloutBatch:
         return cls(
             prompt_ids=[list(output.prompt_token_ids) for output in outputs],
             completion_ids=[list(sample.token_ids) for sample in samples],
-            logprobs=[list(sample.logprobs) for sample in samples],
+            logprobs=[logprobs_of(sample) for sample in samples],
             versions=versions,
             stale=accepted_versions is not None and not set(versions) <= accepted_versions,
         )

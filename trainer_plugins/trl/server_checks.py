@@ -15,6 +15,7 @@ from rollout.client import RolloutClient
 from rollout.sampling_params import SamplingParams
 
 from .config import RolloutConfig
+from .forward_config import forward_differences
 
 # Tokenized on both sides: digits, spaces, punctuation and non-ASCII catch most tokenizer swaps.
 VOCAB_PROBE = "Rollout probe: 12+345=357, naïve café ✓"
@@ -50,7 +51,7 @@ def wait_ready(client: RolloutClient, config: RolloutConfig) -> None:
 def check_server(
     client: RolloutClient, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: RolloutConfig
 ) -> None:
-    """Every start-up check: same architecture and vocabulary size, same tokenizer."""
+    """Every start-up check: same architecture, vocabulary size and forward-pass config, same tokenizer."""
     info = client.server_info()
     check_model(info, model)
     if config.check_vocabulary and field(info, "has_tokenizer") is not False:
@@ -58,7 +59,7 @@ def check_server(
 
 
 def check_model(info: Any, model: PreTrainedModel) -> None:
-    """Refuses a server whose architecture or vocabulary size differs from the trainer's model."""
+    """Refuses a server whose architecture, vocabulary size or forward-pass settings differ from the trainer's."""
     base = _base_model(model)
     problems = []
     trainer_arch = _architecture(base)
@@ -69,6 +70,9 @@ def check_model(info: Any, model: PreTrainedModel) -> None:
     server_vocab = field(info, "vocab_size")
     if server_vocab is not None and int(server_vocab) != trainer_vocab:
         problems.append(f"vocab_size: server {server_vocab}, trainer {trainer_vocab} (embedding rows)")
+    server_config = field(info, "model_config")
+    if server_config:
+        problems += forward_differences(server_config, base.config)
     if problems:
         raise RolloutModelMismatch(
             f"the rollout server hosts {field(info, 'model') or 'another model'}, not the trainer's model: "

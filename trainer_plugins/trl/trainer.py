@@ -16,6 +16,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .config import RolloutConfig
 from .generation import RolloutGeneration
+from .vllm_mode_checks import check_vllm_mode_settings
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class RolloutGRPOTrainer(GRPOTrainer):
         rollout_config: RolloutConfig | None = None,
         **trainer_kwargs: Any,
     ) -> None:
+        if args is not None:
+            check_vllm_mode_settings(args)  # before anything is built: an error means nothing changed
         super().__init__(model, reward_funcs, _without_vllm(args), *trainer_args, **trainer_kwargs)
         self.rollout_config = rollout_config or RolloutConfig()
         # TRL's vLLM server-mode paths (weight sync per step, IS correction) now call our backend.

@@ -28,7 +28,7 @@ LOGPROBS_MODE_PROCESSED: LogprobsMode
 LOGPROBS_MODE_RAW: LogprobsMode
 
 class SamplingParams(_message.Message):
-    __slots__ = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "logprobs", "logprobs_mode", "max_staleness")
+    __slots__ = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "logprobs", "logprobs_mode", "max_staleness", "return_kept_tokens")
     N_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class SamplingParams(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_STALENESS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     n: int
     max_tokens: int
     temperature: float
@@ -55,7 +56,8 @@ class SamplingParams(_message.Message):
     logprobs: int
     logprobs_mode: LogprobsMode
     max_staleness: int
-    def __init__(self, n: _Optional[int] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., logprobs: _Optional[int] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., max_staleness: _Optional[int] = ...) -> None: ...
+    return_kept_tokens: bool
+    def __init__(self, n: _Optional[int] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., logprobs: _Optional[int] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., max_staleness: _Optional[int] = ..., return_kept_tokens: _Optional[bool] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -140,7 +142,7 @@ class TopLogprobs(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class Sample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "weight_versions", "kv_versions")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +152,8 @@ class Sample(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     KV_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_LOG_MASS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
@@ -159,7 +163,9 @@ class Sample(_message.Message):
     text: str
     weight_versions: _containers.RepeatedCompositeFieldContainer[VersionSpan]
     kv_versions: _containers.RepeatedCompositeFieldContainer[VersionSpan]
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ...) -> None: ...
+    kept_log_mass: _containers.RepeatedScalarFieldContainer[float]
+    kept_token_ids: _containers.RepeatedCompositeFieldContainer[TokenIds]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples")
@@ -206,7 +212,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version")
+    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +229,7 @@ class GetServerInfoResponse(_message.Message):
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     HAS_TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIG_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dtype: str
@@ -239,7 +246,8 @@ class GetServerInfoResponse(_message.Message):
     max_num_seqs: int
     has_tokenizer: bool
     version: str
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
+    model_config: str
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ...) -> None: ...
 
 class ResetPrefixCacheRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,96 @@
+"""Parity probe: a few server samples scored by the trainer's own model, after a first push.
+
+The config comparison catches known settings; the probe catches everything else (custom code, a
+setting the comparison skips, a server keeping tensors the trainer never pushes). Logprobs are
+compared unscaled ("raw" on the server, plain log-softmax in the trainer), so sampling settings
+cannot hide or cause a difference; the tolerance is the numerical noise of the lower precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rollout.outputs import CompletionOutput
+from rollout.sampling_params import SamplingParams
+
+from .server_checks import RolloutModelMismatch
+
+PROBE_TEXTS = ("the quick brown fox: 12+34=46", "rollout parity probe, 7+8=")
+PROBE_TOKENS = 8
+
+# Mean |server - trainer| per token, in nats, within which two implementations of one model agree.
+TOLERANCE_BY_DTYPE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 6e-2}
+
+
+class ParityMismatch(RolloutModelMismatch):
+    """The server's logprobs for its own samples are not the trainer's: it serves another policy."""
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    server_logprobs: list[float]
+
+
+def probe_params() -> SamplingParams:
+    return SamplingParams(
+        n=2,
+        max_tokens=PROBE_TOKENS,
+        temperature=1.0,
+        seed=0,
+        ignore_eos=True,
+        logprobs=0,
+        logprobs_mode="raw",
+    )
+
+
+def probe_samples(prompt_ids: list[list[int]], outputs: list[list[CompletionOutput]]) -> list[ProbeSample]:
+    return [
+        ProbeSample(list(ids), list(sample.token_ids), list(sample.logprobs))
+        for ids, samples in zip(prompt_ids, outputs, strict=True)
+        for sample in samples
+        if sample.token_ids
+    ]
+
+
+def trainer_logprobs(model: torch.nn.Module, sample: ProbeSample) -> torch.Tensor:
+    """fp32 log-softmax of the trainer's unscaled logits at each completion token (teacher forced)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    finally:
+        model.train(was_training)
+    start = len(sample.prompt_ids) - 1
+    logps = logits[0, start : start + len(sample.completion_ids)].float().log_softmax(-1)
+    return logps.gather(-1, torch.tensor(sample.completion_ids, device=device)[:, None])[:, 0].cpu()
+
+
+def tolerance(trainer_dtype: str, server_dtype: str, configured: float | None) -> float:
+    """The configured value, else the noise level of the less precise of the two dtypes."""
+    if configured is not None:
+        return configured
+    return max(TOLERANCE_BY_DTYPE.get(trainer_dtype, 6e-2), TOLERANCE_BY_DTYPE.get(server_dtype, 6e-2))
+
+
+def compare(
+    model: torch.nn.Module, samples: list[ProbeSample], limit: float, where: str
+) -> tuple[float, float]:
+    """(mean, max) |difference| per token; raises ParityMismatch when the mean is above `limit`."""
+    diffs = torch.cat([(trainer_logprobs(model, s) - torch.tensor(s.server_logprobs)).abs() for s in samples])
+    mean, worst = diffs.mean().item(), diffs.max().item()
+    if not mean <= limit:
+        raise ParityMismatch(
+            f"parity probe failed {where}: the server's logprobs for its own samples differ from the trainer's "
+            f"by {mean:.3g} nats per token on average (max {worst:.3g}; numerical noise for these dtypes is "
+            f"below {limit:.3g}). The server computes another function than the trainer's model: serve the "
+            "trainer's checkpoint with the same config (RolloutConfig.parity_tolerance sets the limit, "
+            "parity_probe=False skips the probe)."
+        )
+    return mean, worst
