@@ -27,6 +27,9 @@ class PartialSample:
     top_logprobs: list[dict[int, float]] | None = None
     weight_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_versions: list[tuple[int, int]] = field(default_factory=list)
+    # One per token when the resumed request asks for logprobs / return_kept_tokens (truncation_mass.py).
+    kept_log_mass: list[float] | None = None
+    kept_token_ids: list[list[int]] | None = None
 
     @classmethod
     def of(cls, sample: CompletionOutput) -> PartialSample:
@@ -37,6 +40,8 @@ class PartialSample:
             sample.top_logprobs,
             list(sample.weight_versions),
             list(sample.kv_versions),
+            sample.kept_log_mass,
+            sample.kept_token_ids,
         )
 
 
@@ -73,6 +78,16 @@ def check_partial(
         raise ValueError(
             "resume.top_logprobs: one per token is needed when the request asks for logprobs > 0"
         )
+    if params.logprobs is not None and (
+        partial.kept_log_mass is None or len(partial.kept_log_mass) != len(tokens)
+    ):
+        raise ValueError("resume.kept_log_mass: one per token is needed when the request asks for logprobs")
+    if params.return_kept_tokens and (
+        partial.kept_token_ids is None or len(partial.kept_token_ids) != len(tokens)
+    ):
+        raise ValueError(
+            "resume.kept_token_ids: one per token is needed when the request asks for return_kept_tokens"
+        )
     check_spans("resume.weight_versions", partial.weight_versions, len(tokens))
     check_spans("resume.kv_versions", partial.kv_versions, len(tokens))
 
@@ -82,6 +97,8 @@ def resume_into(seq: Sequence, partial: PartialSample) -> None:
     seq.token_ids.extend(partial.token_ids)
     seq.logprobs.extend(partial.logprobs or [])
     seq.top_logprobs.extend(partial.top_logprobs or [])
+    seq.kept_log_mass.extend(partial.kept_log_mass or [])
+    seq.kept_token_ids.extend(partial.kept_token_ids or [])
     seq.weight_versions.extend(
         check_spans("weight_versions", partial.weight_versions, len(partial.token_ids))
     )

@@ -139,6 +139,8 @@ def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
         logprobs=partial.logprobs or [],
         weight_versions=spans_to_proto(partial.weight_versions),
         kv_versions=spans_to_proto(partial.kv_versions),
+        kept_log_mass=partial.kept_log_mass or [],
+        kept_token_ids=[pb.TokenIds(ids=ids) for ids in partial.kept_token_ids or []],
     )
     for position in partial.top_logprobs or []:
         entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
@@ -147,7 +149,7 @@ def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
 
 
 def partial_from_proto(message: pb.PartialSample) -> PartialSample:
-    """Empty logprobs lists read as absent when there are tokens (the engine then asks for them)."""
+    """Empty per-token lists read as absent when there are tokens (the engine then asks for them)."""
     has_tokens = bool(message.token_ids)
     return PartialSample(
         index=message.index,
@@ -158,6 +160,10 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
         else None,
         weight_versions=spans_from_proto(message.weight_versions),
         kv_versions=spans_from_proto(message.kv_versions),
+        kept_log_mass=list(message.kept_log_mass) if message.kept_log_mass or not has_tokens else None,
+        kept_token_ids=[list(t.ids) for t in message.kept_token_ids]
+        if message.kept_token_ids or not has_tokens
+        else None,
     )
 
 

@@ -38,6 +38,9 @@ def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run() 
     for got, want in zip(resumed.outputs, whole.outputs, strict=True):
         assert (got.index, got.token_ids, got.finish_reason) == (want.index, want.token_ids, "length")
         torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(got.kept_log_mass), torch.tensor(want.kept_log_mass), atol=1e-5, rtol=0
+        )
         assert got.weight_versions == got.kv_versions == [(0, 0)]
     # each resumed sample found the blocks of prompt + partial completion cached (2 full blocks of 16)
     assert llm.stats()["num_prefix_hit_tokens"] - hits == 2 * 32
@@ -54,7 +57,7 @@ def test_resume_after_an_update_continues_like_a_fresh_engine_and_keeps_the_old_
     single = SamplingParams(temperature=0, max_tokens=20 - 14, ignore_eos=True)
     fresh = tiny_llm(seed=1).generate([prompt + head], single)[0].outputs[0].token_ids
     for sample in resumed.outputs:
-        assert sample.token_ids == head + fresh and len(sample.logprobs) == 20
+        assert sample.token_ids == head + fresh and len(sample.logprobs) == len(sample.kept_log_mass) == 20
         assert sample.weight_versions == [(0, 0), (14, 1)] and sample.weight_version == 0
         assert sample.kv_versions == [(0, 0), (14, 1)]
     assert llm.stats()["num_prefix_hit_tokens"] == hits  # nothing cached under version 0 is reused
@@ -72,6 +75,16 @@ def test_resume_after_an_update_continues_like_a_fresh_engine_and_keeps_the_old_
             PartialSample(0, [5, 6], None, None, [(0, 0)], [(0, 0)]),
             SamplingParams(logprobs=0),
             "resume.logprobs",
+        ),
+        (
+            PartialSample(0, [5, 6], [0.0, 0.0], None, [(0, 0)], [(0, 0)]),
+            SamplingParams(logprobs=0),
+            "resume.kept_log_mass",
+        ),
+        (
+            PartialSample(0, [5, 6], [0.0, 0.0], None, [(0, 0)], [(0, 0)], [0.0, 0.0], [[5]]),
+            SamplingParams(logprobs=0, return_kept_tokens=True),
+            "resume.kept_token_ids",
         ),
         (PartialSample(0, [5, 6], [0.0, 0.0], None, [(1, 0)], [(0, 0)]), SamplingParams(), "weight_versions"),
         (PartialSample(0, [5, 6], [0.0, 0.0], None, [(0, 0)], [(0, 0)]), SamplingParams(n=2), "n must be 1"),

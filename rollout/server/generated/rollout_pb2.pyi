@@ -102,20 +102,24 @@ class VersionSpan(_message.Message):
     def __init__(self, first_token_index: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PartialSample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "weight_versions", "kv_versions")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     KV_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_LOG_MASS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     top_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprobs]
     weight_versions: _containers.RepeatedCompositeFieldContainer[VersionSpan]
     kv_versions: _containers.RepeatedCompositeFieldContainer[VersionSpan]
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ...) -> None: ...
+    kept_log_mass: _containers.RepeatedScalarFieldContainer[float]
+    kept_token_ids: _containers.RepeatedCompositeFieldContainer[TokenIds]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "prompts", "params")
