@@ -27,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message, MiB")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    parser.add_argument(
+        "--weight-idle-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a weight update may wait on a silent peer (stream gap, group join, broadcast)",
+    )
     add_engine_args(parser)
     parser.set_defaults(run=run)
 
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             "serving on %s without --token: anyone who can reach it can replace the weights", args.host
         )
     engine = LLMEngine.from_pretrained(model_path(args), engine_config(args), args.tokenizer)
-    hooks, names = _weight_sync()
+    hooks, names = _weight_sync(args.weight_idle_timeout)
     server = RolloutServer(
         EngineLoop(engine, max_pending_requests=args.max_queue),
         host=args.host,
@@ -65,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weight_sync() -> tuple[list, list[str]]:
+def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:
     """The WeightSyncService registration hook, when the weights package provides it."""
     try:
-        from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+        from rollout.server.weights_servicer import SERVICE_NAME, weight_sync_hook
     except ImportError as exc:
         logger.warning("weight sync unavailable: %s", exc)
         return [], []
-    return [register_weight_sync], [SERVICE_NAME]
+    return [weight_sync_hook(idle_timeout_s)], [SERVICE_NAME]
 
 
 def _wait_for_signal() -> None:

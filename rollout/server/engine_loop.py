@@ -251,22 +251,28 @@ class EngineLoop:
         finish first, or are aborted with `abort_running`. Returns fn's result or re-raises its
         exception. TimeoutError if the engine was not idle within `timeout` (fn then never runs).
         """
-        return self._submit_job(_Job(fn, Future(), exclusive=True, abort_running=abort_running), timeout)
+        return wait_job(self.submit_exclusive(fn, abort_running), timeout)
+
+    def submit_exclusive(self, fn: Callable[[LLMEngine], T], abort_running: bool = False) -> Future:
+        """`run_exclusive` without the wait: cancelling the returned future before fn starts (a
+        caller that went away) drops the job, and admission resumes at once."""
+        return self._enqueue(_Job(fn, Future(), exclusive=True, abort_running=abort_running))
 
     def _submit_job(self, job: _Job, timeout: float | None) -> T:
+        return wait_job(self._enqueue(job), timeout)
+
+    def _enqueue(self, job: _Job) -> Future:
         with self._cond:
             if self._stopped:
                 raise NotAcceptingError("the engine loop is stopped")
             (self._exclusive if job.exclusive else self._jobs).append(job)
             self._cond.notify_all()
-        try:
-            return job.future.result(timeout)
-        except TimeoutError:
-            if not job.future.cancel():
-                return job.future.result()  # already running: fn cannot be interrupted
-            with self._cond:
-                self._cond.notify_all()
-            raise TimeoutError(f"the engine was not idle within {timeout} s") from None
+        job.future.add_done_callback(lambda _: self._wake())
+        return job.future
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def pause(self, abort_running: bool = False, timeout: float | None = None) -> None:
         """Rejects new requests (UNAVAILABLE) and returns once the engine is idle; queued ones wait."""
@@ -318,6 +324,8 @@ class EngineLoop:
         )
 
     def _admitting(self) -> bool:
+        while self._exclusive and self._exclusive[0].future.cancelled():
+            self._exclusive.popleft()  # its caller left before it ran: it no longer holds admission
         return not self._paused and not self._exclusive
 
     def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[_Job]]:
@@ -422,6 +430,17 @@ def _run_job(job: _Job, engine: LLMEngine) -> None:
         job.future.set_result(job.fn(engine))
     except BaseException as exc:
         job.future.set_exception(exc)
+
+
+def wait_job(future: Future, timeout: float | None) -> T:
+    """fn's result within `timeout`; on timeout the job is cancelled (it never runs) and TimeoutError
+    raised, unless it already started, in which case its result is awaited (fn cannot be interrupted)."""
+    try:
+        return future.result(timeout)
+    except TimeoutError:
+        if not future.cancel():
+            return future.result()
+        raise TimeoutError(f"the engine was not idle within {timeout} s") from None
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:

@@ -26,8 +26,10 @@ def manifest_from_proto(message: weights_pb2.WeightManifest) -> Manifest:
     return Manifest(tuple(TensorSpec(t.name, tuple(t.shape), t.dtype) for t in message.tensors))
 
 
-def commit_options(version: int | None, abort_running: bool) -> weights_pb2.CommitOptions:
-    return weights_pb2.CommitOptions(version=version, abort_running=abort_running)
+def commit_options(
+    version: int | None, abort_running: bool, update_id: str = ""
+) -> weights_pb2.CommitOptions:
+    return weights_pb2.CommitOptions(version=version, abort_running=abort_running, update_id=update_id)
 
 
 def requested_version(options: weights_pb2.CommitOptions) -> int | None:
