@@ -43,6 +43,7 @@ class LLMEngine:
         self.config = config or EngineConfig()
         self.model = model_loader.prepare_model(model, self.config)
         self.tokenizer = tokenizer
+        self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
         device = self.model.device
         self.max_model_len = self._max_model_len()
         kv_spec = KVCacheSpec.from_model_config(self.model.config, self.model.dtype)
@@ -249,7 +250,9 @@ class LLMEngine:
         want = request.params.logprobs is not None
         token_ids = seq.output_token_ids
         text = (
-            self.tokenizer.decode(token_ids, skip_special_tokens=True) if self.tokenizer is not None else None
+            self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            if self.tokenizer is not None and self.detokenize
+            else None
         )
         return CompletionOutput(
             index=seq.sample_index,

@@ -79,6 +79,7 @@ class EngineLoop:
 
     def __init__(self, engine: LLMEngine, max_pending_requests: int = 4096, finished_cache_size: int = 4096):
         self.engine = engine
+        engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         self.max_pending_requests = max_pending_requests
         self.finished_cache_size = finished_cache_size
         self._cond = threading.Condition()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 
 import rollout
+from rollout.outputs import CompletionOutput
 from rollout.server import convert
 from rollout.server.engine_loop import (
     EngineLoop,
@@ -24,7 +25,13 @@ from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
 from rollout.server.metrics import Metrics
-from rollout.server.prompts import NoChatTemplateError, tokenize_chat, tokenize_text
+from rollout.server.prompts import (
+    NoChatTemplateError,
+    detokenize,
+    text_char_limit,
+    tokenize_chat,
+    tokenize_text,
+)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 
@@ -52,6 +59,10 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     def __init__(self, loop: EngineLoop, metrics: Metrics):
         self.loop = loop
         self.metrics = metrics
+        tokenizer = loop.engine.tokenizer
+        self._max_text_chars = (
+            None if tokenizer is None else text_char_limit(tokenizer, loop.engine.max_model_len)
+        )
 
     def Generate(
         self, request: pb.GenerateRequest, context: grpc.ServicerContext
@@ -63,7 +74,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         n = handle.submissions[handle.request_ids[0]].params.n
         try:
             for event in handle:
-                for sample in event.samples:
+                for sample in self._with_text(event.samples):
                     first = event.request_id not in sent_prompt
                     sent_prompt.add(event.request_id)
                     sub = handle.submissions[event.request_id]
@@ -86,6 +97,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         _cancel_when_done(context, handle)
         try:
             outputs = handle.result()
+            for output in outputs:
+                self._with_text(output.outputs)
         except HandleCancelledError:
             context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
         except Exception as exc:
@@ -127,13 +140,21 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         if kind == "text":
             if not prompt.text:
                 raise ValueError("text: the prompt is empty")
-            return tokenize_text(tokenizer, prompt.text), prompt.text
+            return tokenize_text(tokenizer, prompt.text, self._max_text_chars), prompt.text
         if kind == "chat":
             messages = [{"role": m.role, "content": m.content} for m in prompt.chat.messages]
             if not messages:
                 raise ValueError("chat: no messages")
-            return tokenize_chat(tokenizer, messages)
+            return tokenize_chat(tokenizer, messages, self._max_text_chars)
         raise ValueError("prompt: empty; set token_ids, text or chat")
+
+    def _with_text(self, samples: list[CompletionOutput]) -> list[CompletionOutput]:
+        """Decodes each sample's text here, on the RPC thread (the loop thread never tokenizes)."""
+        tokenizer = self.loop.engine.tokenizer
+        for sample in samples:
+            if tokenizer is not None and sample.text is None:
+                sample.text = detokenize(tokenizer, sample.token_ids)
+        return samples
 
     def GetServerInfo(
         self, request: pb.GetServerInfoRequest, context: grpc.ServicerContext
