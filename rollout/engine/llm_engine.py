@@ -111,6 +111,11 @@ class LLMEngine:
                 f"prompt_token_ids: the prompt has {len(prompt_token_ids)} tokens but the context is "
                 f"{self.max_model_len} (max_model_len), so at most {self.max_model_len - 1} fit"
             )
+        for token_id in params.stop_token_ids:
+            if token_id >= self.vocab_size:
+                raise ValueError(
+                    f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
+                )
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:

@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.metrics import Metrics
@@ -90,7 +91,7 @@ def build_server(
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
     ]
-    interceptors = [BearerTokenInterceptor(token)] if token else []
+    interceptors = [*([BearerTokenInterceptor(token)] if token else []), DecodeErrorInterceptor()]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers, "rollout-rpc"), interceptors=interceptors, options=options
     )

@@ -163,6 +163,11 @@ class EngineLoop:
         ]
         if len({s.request_id for s in submissions}) != len(submissions):
             raise ValueError("request_id: the same request id appears twice in one call")
+        if len(new) > self.max_pending_requests:
+            raise ValueError(
+                f"prompts: the call has {len(new)} new prompts, more than the server admits at once "
+                f"(max_pending_requests {self.max_pending_requests}); split it into smaller calls"
+            )
         if len(self._tracked) + len(new) > self.max_pending_requests:
             self.counters["rejected_full"] += 1
             raise QueueFullError(
