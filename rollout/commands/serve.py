@@ -17,6 +17,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     parser.add_argument("--port", type=int, default=50051, help="port (0 picks a free one)")
     parser.add_argument("--token", help="require 'authorization: Bearer <token>' on every RPC")
+    parser.add_argument(
+        "--token-for-health-and-reflection",
+        action="store_true",
+        help="with --token, require it for health checks and server reflection too (default: open)",
+    )
     parser.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key enables TLS")
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
@@ -56,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         token=args.token,
+        token_for_health_and_reflection=args.token_for_health_and_reflection,
         tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         max_message_bytes=args.max_message_mb * 2**20,
         extra_servicers=hooks,
