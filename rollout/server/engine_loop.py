@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.server.fair_share import FairShare
 from rollout.server.handle import LoopEvent, RequestHandle, Submission
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ class _Tracked:
     in_engine: bool = False
     orphaned: bool = False  # every caller went away: aborted, and not cached (a retry regenerates)
 
+    @property
+    def caller(self) -> str:
+        return self.sub.caller
+
+    @property
+    def num_samples(self) -> int:
+        """Samples still to finish (all n until it is done)."""
+        return self.sub.params.n - len(self.samples)
+
     def output(self) -> RequestOutput:
         samples = sorted(self.samples, key=lambda c: c.index)
         sub = self.sub
@@ -77,14 +87,21 @@ class _Job:
 class EngineLoop:
     """Owns `engine` on a background thread; thread-safe submit, abort, pause and exclusive jobs."""
 
-    def __init__(self, engine: LLMEngine, max_pending_requests: int = 4096, finished_cache_size: int = 4096):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        max_pending_requests: int = 4096,
+        finished_cache_size: int = 4096,
+        fair_share: bool = True,
+    ):
         self.engine = engine
+        self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         self.max_pending_requests = max_pending_requests
         self.finished_cache_size = finished_cache_size
         self._cond = threading.Condition()
         self._tracked: dict[str, _Tracked] = {}
-        self._queued: deque[_Tracked] = deque()
+        self._queued: FairShare[_Tracked] = FairShare()  # admission order: rollout/server/fair_share.py
         self._finished: OrderedDict[str, _Tracked] = OrderedDict()
         self._aborts: list[str] = []
         self._jobs: deque[_Job] = deque()
@@ -337,7 +354,7 @@ class EngineLoop:
     def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[_Job]]:
         admit: list[_Tracked] = []
         if self._admitting():
-            admit, self._queued = list(self._queued), deque()
+            admit = self._queued.take(self._room_locked())
             for tracked in admit:
                 tracked.in_engine = True
         aborts, self._aborts = self._aborts, []
@@ -348,6 +365,13 @@ class EngineLoop:
             head.aborted = True
             aborts += [r for r, t in self._tracked.items() if t.in_engine and r not in aborts]
         return admit, aborts, jobs
+
+    def _room_locked(self) -> int:
+        """Samples the engine can still take at once: queued requests beyond it wait here, in turn."""
+        if not self.fair_share:
+            return self.max_pending_requests * self.engine.config.max_num_seqs
+        running = sum(t.num_samples for t in self._tracked.values() if t.in_engine)
+        return self.engine.config.max_num_seqs - running
 
     def _apply(self, admit: list[_Tracked], aborts: list[str], jobs: list[_Job]) -> None:
         for tracked in admit:

@@ -34,6 +34,7 @@ from rollout.server.prompts import (
 )
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+CALLER_METADATA_KEY = "rollout-caller"
 
 # Most specific first: NoChatTemplateError is a ValueError.
 _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -109,12 +110,14 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GenerateRequest | pb.GenerateBatchRequest, context: grpc.ServicerContext
     ) -> RequestHandle:
         try:
-            return self.loop.submit(self._submissions(request))
+            return self.loop.submit(self._submissions(request, _caller(context)))
         except Exception as exc:
             abort_with(context, exc)
             raise  # unreachable: abort_with always raises
 
-    def _submissions(self, request: pb.GenerateRequest | pb.GenerateBatchRequest) -> list[Submission]:
+    def _submissions(
+        self, request: pb.GenerateRequest | pb.GenerateBatchRequest, caller: str
+    ) -> list[Submission]:
         if not request.prompts:
             raise ValueError("prompts: at least one prompt is required")
         try:
@@ -122,6 +125,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         except ValueError as exc:
             raise ValueError(f"params: {exc}") from None
         base_id = request.request_id or uuid.uuid4().hex
+        caller = caller or base_id  # without a named caller, each call is its own
         subs = []
         for i, prompt in enumerate(request.prompts):
             try:
@@ -129,7 +133,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                 self.loop.engine.validate_request(ids, params)
             except ValueError as exc:
                 raise type(exc)(f"prompts[{i}]: {exc}") from None
-            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text))
+            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text, caller))
         return subs
 
     def _prompt_ids(self, prompt: pb.Prompt) -> tuple[list[int], str | None]:
@@ -208,6 +212,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             action()
         except Exception as exc:
             abort_with(context, exc)
+
+
+def _caller(context: grpc.ServicerContext) -> str:
+    """The `rollout-caller` metadata value: calls that share it share one turn in admission."""
+    return dict(context.invocation_metadata() or ()).get(CALLER_METADATA_KEY, "")
 
 
 def _cancel_when_done(context: grpc.ServicerContext, handle: RequestHandle) -> None:
