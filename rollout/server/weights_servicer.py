@@ -2,8 +2,9 @@
 
 The servicer converts between protobuf and `rollout.weights`; the transfer happens on the RPC
 thread while generation goes on, and only the commit (an in-place copy plus a version bump) runs
-on the engine loop's thread as an exclusive job, which first drains or aborts running
-requests. Errors before the commit leave the model untouched.
+on the engine loop's thread as an exclusive job bound to the RPC (`update_commit.py`: dropped if the
+caller leaves or its deadline passes first; a retried update id is answered, not re-applied). Every
+wait on a peer has an idle timeout. Errors before the commit leave the model untouched.
 """
 
 from __future__ import annotations
