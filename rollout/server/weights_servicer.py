@@ -88,7 +88,8 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
 
     def InitWeightGroup(self, request: weights_pb2.InitWeightGroupRequest, context: grpc.ServicerContext):
         with _status(context):
-            spec = _group_spec(request, self._bounded(request.timeout_s or DEFAULT_GROUP_TIMEOUT_S, context))
+            timeout_s = min(request.timeout_s or DEFAULT_GROUP_TIMEOUT_S, self._idle_timeout_s)
+            spec = _group_spec(request, timeout_s)
             self._close_group()
             device = _model_device(self._loop.engine) if spec.backend == "nccl" else torch.device("cpu")
             self._group = WeightGroup.join(spec, device)
@@ -149,11 +150,6 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             yield
         finally:
             self._update_lock.release()
-
-    def _bounded(self, timeout_s: float, context: grpc.ServicerContext) -> float:
-        """`timeout_s` capped by the idle timeout and by the call's remaining time."""
-        remaining = deadline_seconds(context)
-        return min(timeout_s, self._idle_timeout_s, *(() if remaining is None else (remaining,)))
 
     def _precheck(self, manifest: Manifest, update: UpdateRequest) -> int | None:
         """Refuses a bad manifest or version before any byte is received; returns the version a
