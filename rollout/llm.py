@@ -96,7 +96,7 @@ class LLM:
             if isinstance(prompt, str):
                 if self.tokenizer is None:
                     raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
-                check_text_chars(len(prompt), self._max_text_chars(), f"prompts[{i}]")
+                check_text_chars(len(prompt), self.max_prompt_chars, f"prompts[{i}]")
                 out.append(self.tokenizer(prompt)["input_ids"])
             elif isinstance(prompt, (list, tuple)):
                 out.append(list(prompt))
@@ -106,7 +106,9 @@ class LLM:
                 )
         return out
 
-    def _max_text_chars(self) -> int:
+    @property
+    def max_prompt_chars(self) -> int:
+        """Longer texts cannot fit the context; they are refused before tokenizing."""
         if self._text_chars is None:
             self._text_chars = text_char_limit(self.tokenizer, self.engine.max_model_len)
         return self._text_chars

@@ -89,3 +89,10 @@ def test_generate_takes_one_sampling_params_per_prompt_as_vllm_does() -> None:
     assert [len(o.outputs) for o in together] == [1, 2, 1]
     with pytest.raises(ValueError, match="^params: 2 SamplingParams for 3 prompts"):
         llm.generate(prompts, params[:2])
+
+
+def test_the_offline_llm_refuses_a_text_too_long_for_the_context_before_tokenizing() -> None:
+    llm = LLM(config=CONFIG)
+    text = "1" * (llm.max_prompt_chars + 1)
+    with pytest.raises(ValueError, match=rf"^prompts\[0\]: {len(text)} characters, more than the"):
+        llm.generate([text], GREEDY)
