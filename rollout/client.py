@@ -77,15 +77,19 @@ class RolloutClient:
     def generate(
         self,
         prompts: Sequence[PromptInput],
-        params: SamplingParams | None = None,
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
         request_id_prefix: str | None = None,
         timeout: float | None = None,
     ) -> list[RequestOutput]:
         """Every prompt's n samples, in prompt order, samples in index order (as `LLM.generate`).
 
         A prompt is text, token ids, or chat messages ([{"role": ..., "content": ...}]). Request
-        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results.
+        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results. `params`
+        may be one SamplingParams per prompt (prompts sharing params go in one call, the calls run
+        concurrently, ids "<prefix>-g<group>-<index in group>").
         """
+        if params is not None and not isinstance(params, SamplingParams):
+            return self._generate_per_prompt(prompts, params, request_id_prefix, timeout)
         params = params or SamplingParams()
         messages = [_prompt_to_proto(p, i) for i, p in enumerate(prompts)]
         prefix = request_id_prefix or uuid.uuid4().hex
@@ -99,6 +103,32 @@ class RolloutClient:
             if isinstance(prompt, str):
                 results[i].prompt = prompt
         return results
+
+    def _generate_per_prompt(
+        self,
+        prompts: Sequence[PromptInput],
+        params: Sequence[SamplingParams],
+        request_id_prefix: str | None,
+        timeout: float | None,
+    ) -> list[RequestOutput]:
+        if len(params) != len(prompts):
+            raise ValueError(
+                f"params: {len(params)} SamplingParams for {len(prompts)} prompts; give one or one per prompt"
+            )
+        groups: dict[SamplingParams, list[int]] = {}
+        for i, p in enumerate(params):
+            groups.setdefault(p, []).append(i)
+        prefix = request_id_prefix or uuid.uuid4().hex
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        with ThreadPoolExecutor(len(groups), thread_name_prefix="rollout-client") as pool:
+            futures = {
+                pool.submit(self.generate, [prompts[i] for i in idx], p, f"{prefix}-g{k}", timeout): idx
+                for k, (p, idx) in enumerate(groups.items())
+            }
+            for future, idx in futures.items():
+                for i, output in zip(idx, future.result(), strict=True):
+                    results[i] = output
+        return results  # type: ignore[return-value]
 
     # ---- control ------------------------------------------------------------------------------
 
