@@ -42,6 +42,8 @@ class RolloutClient:
     `token`: bearer token sent on every call. `tls`: None/False plaintext, True TLS with the system
     roots, or the path of a PEM root certificate to trust. `timeout`: default deadline (s) per call.
     `max_retries`: retries of a call answered UNAVAILABLE (server starting, paused or draining).
+    `caller`: a name the server's fair share groups this client's calls under (default: each call
+    takes its own turn).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class RolloutClient:
         timeout: float | None = None,
         max_retries: int = 5,
         max_message_bytes: int = _DEFAULT_MAX_MESSAGE_BYTES,
+        caller: str | None = None,
     ):
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
@@ -59,6 +62,8 @@ class RolloutClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        if caller:  # the server's fair share gives all calls of one caller a single turn
+            self.metadata += (("rollout-caller", caller),)
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -72,15 +77,19 @@ class RolloutClient:
     def generate(
         self,
         prompts: Sequence[PromptInput],
-        params: SamplingParams | None = None,
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
         request_id_prefix: str | None = None,
         timeout: float | None = None,
     ) -> list[RequestOutput]:
         """Every prompt's n samples, in prompt order, samples in index order (as `LLM.generate`).
 
         A prompt is text, token ids, or chat messages ([{"role": ..., "content": ...}]). Request
-        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results.
+        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results. `params`
+        may be one SamplingParams per prompt (prompts sharing params go in one call, the calls run
+        concurrently, ids "<prefix>-g<group>-<index in group>").
         """
+        if params is not None and not isinstance(params, SamplingParams):
+            return self._generate_per_prompt(prompts, params, request_id_prefix, timeout)
         params = params or SamplingParams()
         messages = [_prompt_to_proto(p, i) for i, p in enumerate(prompts)]
         prefix = request_id_prefix or uuid.uuid4().hex
@@ -128,6 +137,32 @@ class RolloutClient:
         shards = {a: list(range(i, len(messages), len(self.addresses))) for i, a in enumerate(self.addresses)}
         call = _GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
         return call.run({a: idx for a, idx in shards.items() if idx}, messages)
+
+    def _generate_per_prompt(
+        self,
+        prompts: Sequence[PromptInput],
+        params: Sequence[SamplingParams],
+        request_id_prefix: str | None,
+        timeout: float | None,
+    ) -> list[RequestOutput]:
+        if len(params) != len(prompts):
+            raise ValueError(
+                f"params: {len(params)} SamplingParams for {len(prompts)} prompts; give one or one per prompt"
+            )
+        groups: dict[SamplingParams, list[int]] = {}
+        for i, p in enumerate(params):
+            groups.setdefault(p, []).append(i)
+        prefix = request_id_prefix or uuid.uuid4().hex
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        with ThreadPoolExecutor(len(groups), thread_name_prefix="rollout-client") as pool:
+            futures = {
+                pool.submit(self.generate, [prompts[i] for i in idx], p, f"{prefix}-g{k}", timeout): idx
+                for k, (p, idx) in enumerate(groups.items())
+            }
+            for future, idx in futures.items():
+                for i, output in zip(idx, future.result(), strict=True):
+                    results[i] = output
+        return results  # type: ignore[return-value]
 
     # ---- control ------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
+from rollout.server.prompts import check_text_chars, text_char_limit
 
 Prompt = str | list[int]
 
@@ -39,23 +40,30 @@ class LLM:
         else:
             self.engine = LLMEngine.from_pretrained(model, config, tokenizer)
         self._ids = itertools.count()
+        self._text_chars: int | None = None
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
         return self.engine.tokenizer
 
     def generate(
-        self, prompts: Prompt | Sequence[Prompt], params: SamplingParams | None = None, use_tqdm: bool = False
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
     ) -> list[RequestOutput]:
-        """Generates every prompt's n samples; returns them in prompt order, samples in index order."""
-        params = params or SamplingParams()
+        """Generates every prompt's n samples; returns them in prompt order, samples in index order.
+
+        `params` is one SamplingParams for every prompt, or one per prompt (as in vLLM).
+        """
         token_prompts = self._tokenize(prompts)
-        for ids in token_prompts:  # validate all before queueing any: a bad prompt loses nothing
-            self.engine.validate_request(ids, params)
+        per_prompt = _params_per_prompt(params, len(token_prompts))
+        for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
+            self.engine.validate_request(ids, p)
         request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
         texts = prompts if isinstance(prompts, list) and prompts and isinstance(prompts[0], str) else None
         for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
-            self.engine.add_request(request_id, ids, params, texts[i] if texts else None)
+            self.engine.add_request(request_id, ids, per_prompt[i], texts[i] if texts else None)
         return self._run(request_ids, use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
@@ -89,6 +97,7 @@ class LLM:
             if isinstance(prompt, str):
                 if self.tokenizer is None:
                     raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
+                check_text_chars(len(prompt), self.max_prompt_chars, f"prompts[{i}]")
                 out.append(self.tokenizer(prompt)["input_ids"])
             elif isinstance(prompt, (list, tuple)):
                 out.append(list(prompt))
@@ -116,6 +125,13 @@ class LLM:
         resumed = [out.outputs[0] for out in self._run(request_ids, use_tqdm)]
         return merge_resumed(outputs, todo, resumed)
 
+    @property
+    def max_prompt_chars(self) -> int:
+        """Longer texts cannot fit the context; they are refused before tokenizing."""
+        if self._text_chars is None:
+            self._text_chars = text_char_limit(self.tokenizer, self.engine.max_model_len)
+        return self._text_chars
+
     def update_weights(
         self,
         named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
@@ -135,3 +151,17 @@ class LLM:
 
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()
+
+
+def _params_per_prompt(
+    params: SamplingParams | Sequence[SamplingParams] | None, num_prompts: int
+) -> list[SamplingParams]:
+    if params is None or isinstance(params, SamplingParams):
+        return [params or SamplingParams()] * num_prompts
+    if not isinstance(params, (list, tuple)):
+        raise ValueError(f"params must be SamplingParams or a list of them, got {type(params).__name__}")
+    if len(params) != num_prompts:
+        raise ValueError(
+            f"params: {len(params)} SamplingParams for {num_prompts} prompts; give one or one per prompt"
+        )
+    return list(params)

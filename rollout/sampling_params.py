@@ -11,7 +11,7 @@ LOGPROBS_MODES = ("processed", "raw")
 class SamplingParams:
     """Sampling settings, vLLM-shaped.
 
-    `logprobs`: None returns no logprobs, 0 the sampled token's logprob, k > 0 also the top-k
+    `top_k`: 0 (or -1, as in vLLM) is off. `logprobs`: None returns no logprobs, 0 the sampled token's logprob, k > 0 also the top-k
     alternatives. `logprobs_mode`: "processed" is the log-softmax of the distribution the token
     was drawn from (after penalties, temperature and top-k/top-p/min-p); "raw" that of the model's
     unscaled logits. With temperature 0 (greedy) "processed" skips the temperature.
@@ -36,9 +36,11 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if type(self.top_k) is int and self.top_k == -1:  # vLLM's spelling of "off"
+            object.__setattr__(self, "top_k", 0)
         _check_int("n", self.n, minimum=1)
         _check_int("max_tokens", self.max_tokens, minimum=1)
-        _check_int("top_k", self.top_k, minimum=0)
+        _check_int("top_k", self.top_k, minimum=-1)  # -1 was turned into 0 above
         _check_number("temperature", self.temperature)
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")

@@ -95,3 +95,19 @@ def test_reset_prefix_cache_and_server_info_reach_the_server() -> None:
 def test_prompts_of_the_wrong_shape_are_refused_before_any_call() -> None:
     with RolloutClient("127.0.0.1:1") as client, pytest.raises(ValueError, match=r"prompts\[1\]"):
         client.generate([[5], [1.5]], GREEDY)
+
+
+def test_one_sampling_params_per_prompt_gives_what_the_offline_llm_gives() -> None:
+    prompts = random_prompts(5, 2, 20, seed=4)
+    params = [
+        SamplingParams(n=1 + i % 2, max_tokens=3 + i, temperature=0.0 if i % 2 else 1.0, seed=i)
+        for i in range(5)
+    ]
+    params[4] = params[0]  # prompts that share params go in one call
+    expected = tiny_llm(max_num_seqs=64).generate(prompts, params)
+    with serving() as server, RolloutClient(server.address) as client:
+        outputs = client.generate(prompts, params)
+        with pytest.raises(ValueError, match="^params: 2 SamplingParams for 5 prompts"):
+            client.generate(prompts, params[:2])
+    assert [o.outputs for o in outputs] == [o.outputs for o in expected]
+    assert [o.prompt_token_ids for o in outputs] == prompts

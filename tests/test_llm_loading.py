@@ -41,3 +41,58 @@ def test_a_named_tokenizer_that_does_not_load_is_an_error_naming_tokenizer(
     )
     with pytest.raises(ValueError, match="^tokenizer: cannot load a tokenizer from"):
         LLM(model, tokenizer=str(tmp_path / "missing"), config=CONFIG)
+
+
+def model_dir_without_a_usable_tokenizer(tmp_path: Path) -> Path:
+    """The embedded model's weights plus a tokenizer_config.json naming a class transformers lacks."""
+    AutoModelForCausalLM.from_pretrained(default_model_path()).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "NoSuchTokenizerClass"}')
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "error", [None, ImportError("needs the sentencepiece package"), TypeError("bad arg")]
+)
+def test_a_model_directory_whose_tokenizer_fails_to_load_serves_token_ids_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception | None
+) -> None:
+    path = model_dir_without_a_usable_tokenizer(tmp_path)
+    if error is not None:
+
+        def fail(*args: object, **kwargs: object) -> None:
+            raise error
+
+        monkeypatch.setattr(AutoTokenizer, "from_pretrained", fail)
+    with caplog.at_level("WARNING"):
+        llm = LLM(str(path), config=CONFIG)
+    assert llm.tokenizer is None
+    assert "serving token ids only" in caplog.text
+    reference = LLM(str(default_model_path()), config=CONFIG).generate([[5, 6, 7]], GREEDY)[0]
+    assert llm.generate([[5, 6, 7]], GREEDY)[0].outputs[0].token_ids == reference.outputs[0].token_ids
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate(["1+2="], GREEDY)
+
+
+def test_generate_takes_one_sampling_params_per_prompt_as_vllm_does() -> None:
+    llm = LLM(config=CONFIG)
+    prompts = ["12+34=", "5+6=", "70+8="]
+    params = [
+        SamplingParams(max_tokens=3, temperature=0.0),
+        SamplingParams(n=2, max_tokens=5, temperature=1.0, seed=7),
+        SamplingParams(max_tokens=4, temperature=0.7, top_k=-1, seed=3),
+    ]
+    together = llm.generate(prompts, params)
+    alone = [llm.generate([prompt], p)[0] for prompt, p in zip(prompts, params, strict=True)]
+    assert [[c.token_ids for c in o.outputs] for o in together] == [
+        [c.token_ids for c in o.outputs] for o in alone
+    ]
+    assert [len(o.outputs) for o in together] == [1, 2, 1]
+    with pytest.raises(ValueError, match="^params: 2 SamplingParams for 3 prompts"):
+        llm.generate(prompts, params[:2])
+
+
+def test_the_offline_llm_refuses_a_text_too_long_for_the_context_before_tokenizing() -> None:
+    llm = LLM(config=CONFIG)
+    text = "1" * (llm.max_prompt_chars + 1)
+    with pytest.raises(ValueError, match=rf"^prompts\[0\]: {len(text)} characters, more than the"):
+        llm.generate([text], GREEDY)

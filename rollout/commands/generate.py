@@ -169,14 +169,15 @@ def local_backend(llm: Any) -> Backend:
     from rollout.server.prompts import tokenize_chat, tokenize_text
 
     def generate(prompts: list[Any], params: SamplingParams) -> list[RequestOutput]:
+        max_chars = llm.max_prompt_chars if llm.tokenizer is not None else None
         texts: dict[int, str] = {}
         ids = []
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-                tokens, texts[i] = tokenize_chat(llm.tokenizer, prompt)
+                tokens, texts[i] = tokenize_chat(llm.tokenizer, prompt, max_chars)
                 ids.append(tokens)
             elif isinstance(prompt, str):
-                ids.append(tokenize_text(llm.tokenizer, prompt))
+                ids.append(tokenize_text(llm.tokenizer, prompt, max_chars))
                 texts[i] = prompt
             else:
                 ids.append(prompt)

@@ -17,6 +17,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     parser.add_argument("--port", type=int, default=50051, help="port (0 picks a free one)")
     parser.add_argument("--token", help="require 'authorization: Bearer <token>' on every RPC")
+    parser.add_argument(
+        "--token-for-health-and-reflection",
+        action="store_true",
+        help="with --token, require it for health checks and server reflection too (default: open)",
+    )
     parser.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key enables TLS")
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
@@ -27,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message, MiB")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    parser.add_argument(
+        "--weight-idle-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a weight update may wait on a silent peer (stream gap, group join, broadcast)",
+    )
     add_engine_args(parser)
     parser.set_defaults(run=run)
 
@@ -44,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
             "serving on %s without --token: anyone who can reach it can replace the weights", args.host
         )
     engine = LLMEngine.from_pretrained(model_path(args), engine_config(args), args.tokenizer)
-    hooks, names = _weight_sync()
+    hooks, names = _weight_sync(args.weight_idle_timeout)
     server = RolloutServer(
         EngineLoop(engine, max_pending_requests=args.max_queue),
         host=args.host,
         port=args.port,
         token=args.token,
+        token_for_health_and_reflection=args.token_for_health_and_reflection,
         tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         max_message_bytes=args.max_message_mb * 2**20,
         extra_servicers=hooks,
@@ -65,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weight_sync() -> tuple[list, list[str]]:
+def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:
     """The WeightSyncService registration hook, when the weights package provides it."""
     try:
-        from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+        from rollout.server.weights_servicer import SERVICE_NAME, weight_sync_hook
     except ImportError as exc:
         logger.warning("weight sync unavailable: %s", exc)
         return [], []
-    return [register_weight_sync], [SERVICE_NAME]
+    return [weight_sync_hook(idle_timeout_s)], [SERVICE_NAME]
 
 
 def _wait_for_signal() -> None:

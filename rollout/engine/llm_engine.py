@@ -46,6 +46,7 @@ class LLMEngine:
         self.config = config or EngineConfig()
         self.model = model_loader.prepare_model(model, self.config)
         self.tokenizer = tokenizer
+        self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
         device = self.model.device
         self.max_model_len = self._max_model_len()
         kv_spec = KVCacheSpec.from_model_config(self.model.config, self.model.dtype)
@@ -121,6 +122,11 @@ class LLMEngine:
                 f"prompt_token_ids: the prompt has {len(prompt_token_ids)} tokens but the context is "
                 f"{self.max_model_len} (max_model_len), so at most {self.max_model_len - 1} fit"
             )
+        for token_id in params.stop_token_ids:
+            if token_id >= self.vocab_size:
+                raise ValueError(
+                    f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
+                )
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:
@@ -277,7 +283,9 @@ class LLMEngine:
         want = request.params.logprobs is not None
         token_ids = seq.output_token_ids
         text = (
-            self.tokenizer.decode(token_ids, skip_special_tokens=True) if self.tokenizer is not None else None
+            self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            if self.tokenizer is not None and self.detokenize
+            else None
         )
         return CompletionOutput(
             index=seq.sample_index,

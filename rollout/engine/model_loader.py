@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rollout.config import EngineConfig
 from rollout.ops import hf_attention
 
+logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -66,14 +68,22 @@ def resolve_tokenizer(
     if tokenizer is not None:
         try:
             return AutoTokenizer.from_pretrained(tokenizer)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"tokenizer: cannot load a tokenizer from {str(tokenizer)!r}: {exc}") from exc
+        except Exception as exc:  # a path the user named must load, whatever the reason it did not
+            raise ValueError(
+                f"tokenizer: cannot load a tokenizer from {str(tokenizer)!r}: {type(exc).__name__}: {exc}"
+            ) from exc
     if model_path is None:
         return None
     try:
         return AutoTokenizer.from_pretrained(model_path)
-    except (OSError, ValueError):
-        return None  # a weights-only directory: prompts must then be token ids
+    except Exception as exc:  # weights-only, or a tokenizer needing a missing package: token ids only
+        logger.warning(
+            "no usable tokenizer in %s (%s: %s); serving token ids only (text and chat prompts are refused)",
+            model_path,
+            type(exc).__name__,
+            exc,
+        )
+        return None
 
 
 def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:

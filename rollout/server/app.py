@@ -1,7 +1,7 @@
 """Builds the gRPC server around an EngineLoop: services, health, reflection, auth and TLS.
 
 Secure by default: binds loopback unless told otherwise; an optional bearer token guards every RPC
-but health checks. Other services (weight sync) plug in through `extra_servicers`.
+but health and reflection (those too with `token_for_health_and_reflection`). Other services (weight sync) plug in through `extra_servicers`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.metrics import Metrics
+from rollout.server.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, add_reflection
 from rollout.server.servicer import SERVICE_NAME, RolloutServicer
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 ServicerHook = Callable[[grpc.Server, EngineLoop], None]
+OPEN_SERVICES = (HEALTH_SERVICE_NAME, V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME)
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,13 @@ class ServerTLS:
 class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Answers UNAUTHENTICATED unless metadata carries `authorization: Bearer <token>`.
 
-    Health checks stay open so load balancers and orchestrators can probe without the secret.
+    Services in `open_services` (by default health and reflection: they reveal nothing secret) stay
+    open so load balancers, orchestrators and tools like grpcurl can probe without the secret.
     """
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, open_services: Sequence[str] = OPEN_SERVICES):
         self._expected = f"Bearer {token}".encode()
+        self._open = tuple(f"/{name}/" for name in open_services)
 
         def deny(request: object, context: grpc.ServicerContext) -> None:
             context.abort(
@@ -58,7 +62,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
     def intercept_service(self, continuation, handler_call_details):
-        if handler_call_details.method.startswith(f"/{HEALTH_SERVICE_NAME}/"):
+        if handler_call_details.method.startswith(self._open):
             return continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         given = str(metadata.get("authorization", "")).encode()
@@ -79,18 +83,24 @@ def build_server(
     health_servicer: health.HealthServicer | None = None,
     metrics: Metrics | None = None,
     max_workers: int = 256,
+    token_for_health_and_reflection: bool = False,
 ) -> tuple[grpc.Server, int]:
     """A server (not started) with RolloutService, health, reflection and every extra servicer.
 
     Returns (server, bound_port); `port=0` picks a free port. Each hook registers its servicer on
     the server; list the full names of their services in `extra_service_names` for reflection.
+    With a `token`, health and reflection stay open unless `token_for_health_and_reflection`.
     """
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
     ]
-    interceptors = [BearerTokenInterceptor(token)] if token else []
+    open_services = () if token_for_health_and_reflection else OPEN_SERVICES
+    interceptors = [
+        *([BearerTokenInterceptor(token, open_services)] if token else []),
+        DecodeErrorInterceptor(),
+    ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers, "rollout-rpc"), interceptors=interceptors, options=options
     )
@@ -104,7 +114,7 @@ def build_server(
     names = [SERVICE_NAME, *extra_service_names]
     for name in ("", *names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection([*names, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], server)
+    add_reflection(server, [*names, HEALTH_SERVICE_NAME])
     address = f"{host}:{port}"
     bound = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
     if bound == 0:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.server.fair_share import FairShare
 from rollout.server.handle import LoopEvent, RequestHandle, Submission
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ class _Tracked:
     in_engine: bool = False
     orphaned: bool = False  # every caller went away: aborted, and not cached (a retry regenerates)
 
+    @property
+    def caller(self) -> str:
+        return self.sub.caller
+
+    @property
+    def num_samples(self) -> int:
+        """Samples still to finish (all n until it is done)."""
+        return self.sub.params.n - len(self.samples)
+
     def output(self) -> RequestOutput:
         samples = sorted(self.samples, key=lambda c: c.index)
         sub = self.sub
@@ -77,13 +87,21 @@ class _Job:
 class EngineLoop:
     """Owns `engine` on a background thread; thread-safe submit, abort, pause and exclusive jobs."""
 
-    def __init__(self, engine: LLMEngine, max_pending_requests: int = 4096, finished_cache_size: int = 4096):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        max_pending_requests: int = 4096,
+        finished_cache_size: int = 4096,
+        fair_share: bool = True,
+    ):
         self.engine = engine
+        self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
+        engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         self.max_pending_requests = max_pending_requests
         self.finished_cache_size = finished_cache_size
         self._cond = threading.Condition()
         self._tracked: dict[str, _Tracked] = {}
-        self._queued: deque[_Tracked] = deque()
+        self._queued: FairShare[_Tracked] = FairShare()  # admission order: rollout/server/fair_share.py
         self._finished: OrderedDict[str, _Tracked] = OrderedDict()
         self._aborts: list[str] = []
         self._jobs: deque[_Job] = deque()
@@ -162,6 +180,11 @@ class EngineLoop:
         ]
         if len({s.request_id for s in submissions}) != len(submissions):
             raise ValueError("request_id: the same request id appears twice in one call")
+        if len(new) > self.max_pending_requests:
+            raise ValueError(
+                f"prompts: the call has {len(new)} new prompts, more than the server admits at once "
+                f"(max_pending_requests {self.max_pending_requests}); split it into smaller calls"
+            )
         if len(self._tracked) + len(new) > self.max_pending_requests:
             self.counters["rejected_full"] += 1
             raise QueueFullError(
@@ -240,7 +263,7 @@ class EngineLoop:
 
     def call(self, fn: Callable[[LLMEngine], T], timeout: float | None = None) -> T:
         """Runs fn(engine) on the loop thread between two steps (requests keep running)."""
-        return self._submit_job(_Job(fn, Future(), exclusive=False), timeout)
+        return wait_job(self.submit_call(fn), timeout)
 
     def run_exclusive(
         self, fn: Callable[[LLMEngine], T], abort_running: bool = False, timeout: float | None = None
@@ -251,22 +274,32 @@ class EngineLoop:
         finish first, or are aborted with `abort_running`. Returns fn's result or re-raises its
         exception. TimeoutError if the engine was not idle within `timeout` (fn then never runs).
         """
-        return self._submit_job(_Job(fn, Future(), exclusive=True, abort_running=abort_running), timeout)
+        return wait_job(self.submit_exclusive(fn, abort_running), timeout)
+
+    def submit_exclusive(self, fn: Callable[[LLMEngine], T], abort_running: bool = False) -> Future:
+        """`run_exclusive` without the wait: cancelling the returned future before fn starts (a
+        caller that went away) drops the job, and admission resumes at once."""
+        return self._enqueue(_Job(fn, Future(), exclusive=True, abort_running=abort_running))
+
+    def submit_call(self, fn: Callable[[LLMEngine], T]) -> Future:
+        """`call` without the wait: fn runs between two steps unless the future is cancelled first."""
+        return self._enqueue(_Job(fn, Future(), exclusive=False))
 
     def _submit_job(self, job: _Job, timeout: float | None) -> T:
+        return wait_job(self._enqueue(job), timeout)
+
+    def _enqueue(self, job: _Job) -> Future:
         with self._cond:
             if self._stopped:
                 raise NotAcceptingError("the engine loop is stopped")
             (self._exclusive if job.exclusive else self._jobs).append(job)
             self._cond.notify_all()
-        try:
-            return job.future.result(timeout)
-        except TimeoutError:
-            if not job.future.cancel():
-                return job.future.result()  # already running: fn cannot be interrupted
-            with self._cond:
-                self._cond.notify_all()
-            raise TimeoutError(f"the engine was not idle within {timeout} s") from None
+        job.future.add_done_callback(lambda _: self._wake())
+        return job.future
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def pause(self, abort_running: bool = False, timeout: float | None = None) -> None:
         """Rejects new requests (UNAVAILABLE) and returns once the engine is idle; queued ones wait."""
@@ -318,12 +351,14 @@ class EngineLoop:
         )
 
     def _admitting(self) -> bool:
+        while self._exclusive and self._exclusive[0].future.cancelled():
+            self._exclusive.popleft()  # its caller left before it ran: it no longer holds admission
         return not self._paused and not self._exclusive
 
     def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[_Job]]:
         admit: list[_Tracked] = []
         if self._admitting():
-            admit, self._queued = list(self._queued), deque()
+            admit = self._queued.take(self._room_locked())
             for tracked in admit:
                 tracked.in_engine = True
         aborts, self._aborts = self._aborts, []
@@ -334,6 +369,13 @@ class EngineLoop:
             head.aborted = True
             aborts += [r for r, t in self._tracked.items() if t.in_engine and r not in aborts]
         return admit, aborts, jobs
+
+    def _room_locked(self) -> int:
+        """Samples the engine can still take at once: queued requests beyond it wait here, in turn."""
+        if not self.fair_share:
+            return self.max_pending_requests * self.engine.config.max_num_seqs
+        running = sum(t.num_samples for t in self._tracked.values() if t.in_engine)
+        return self.engine.config.max_num_seqs - running
 
     def _apply(self, admit: list[_Tracked], aborts: list[str], jobs: list[_Job]) -> None:
         for tracked in admit:
@@ -424,6 +466,17 @@ def _run_job(job: _Job, engine: LLMEngine) -> None:
         job.future.set_result(job.fn(engine))
     except BaseException as exc:
         job.future.set_exception(exc)
+
+
+def wait_job(future: Future, timeout: float | None) -> T:
+    """fn's result within `timeout`; on timeout the job is cancelled (it never runs) and TimeoutError
+    raised, unless it already started, in which case its result is awaited (fn cannot be interrupted)."""
+    try:
+        return future.result(timeout)
+    except TimeoutError:
+        if not future.cancel():
+            return future.result()
+        raise TimeoutError(f"the engine was not idle within {timeout} s") from None
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:

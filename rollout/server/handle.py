@@ -26,13 +26,18 @@ class HandleCancelledError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """One prompt to generate; `request_id` is also the idempotency key."""
+    """One prompt to generate; `request_id` is also the idempotency key.
+
+    `caller` names who sent it (the server uses the client's connection); the engine loop shares
+    admission fairly between callers.
+    """
 
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     prompt: str | None = None
     resume: PartialSample | None = None  # continue this partial sample (rollout/engine/resume.py)
+    caller: str = ""
 
 
 @dataclass(slots=True)

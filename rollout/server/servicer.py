@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 
 import rollout
+from rollout.outputs import CompletionOutput
 from rollout.server import convert
 from rollout.server.engine_loop import (
     EngineLoop,
@@ -24,9 +25,16 @@ from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
 from rollout.server.metrics import Metrics
-from rollout.server.prompts import NoChatTemplateError, tokenize_chat, tokenize_text
+from rollout.server.prompts import (
+    NoChatTemplateError,
+    detokenize,
+    text_char_limit,
+    tokenize_chat,
+    tokenize_text,
+)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+CALLER_METADATA_KEY = "rollout-caller"
 
 # Most specific first: NoChatTemplateError is a ValueError.
 _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -52,6 +60,10 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     def __init__(self, loop: EngineLoop, metrics: Metrics):
         self.loop = loop
         self.metrics = metrics
+        tokenizer = loop.engine.tokenizer
+        self._max_text_chars = (
+            None if tokenizer is None else text_char_limit(tokenizer, loop.engine.max_model_len)
+        )
 
     def Generate(
         self, request: pb.GenerateRequest, context: grpc.ServicerContext
@@ -63,7 +75,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         n = handle.submissions[handle.request_ids[0]].params.n
         try:
             for event in handle:
-                for sample in event.samples:
+                for sample in self._with_text(event.samples):
                     first = event.request_id not in sent_prompt
                     sent_prompt.add(event.request_id)
                     sub = handle.submissions[event.request_id]
@@ -86,6 +98,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         _cancel_when_done(context, handle)
         try:
             outputs = handle.result()
+            for output in outputs:
+                self._with_text(output.outputs)
         except HandleCancelledError:
             context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
         except Exception as exc:
@@ -96,12 +110,14 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GenerateRequest | pb.GenerateBatchRequest, context: grpc.ServicerContext
     ) -> RequestHandle:
         try:
-            return self.loop.submit(self._submissions(request))
+            return self.loop.submit(self._submissions(request, _caller(context)))
         except Exception as exc:
             abort_with(context, exc)
             raise  # unreachable: abort_with always raises
 
-    def _submissions(self, request: pb.GenerateRequest | pb.GenerateBatchRequest) -> list[Submission]:
+    def _submissions(
+        self, request: pb.GenerateRequest | pb.GenerateBatchRequest, caller: str
+    ) -> list[Submission]:
         if not request.prompts:
             raise ValueError("prompts: at least one prompt is required")
         try:
@@ -109,6 +125,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         except ValueError as exc:
             raise ValueError(f"params: {exc}") from None
         base_id = request.request_id or uuid.uuid4().hex
+        caller = caller or base_id  # without a named caller, each call is its own
         subs = []
         for i, prompt in enumerate(request.prompts):
             try:
@@ -117,7 +134,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                 self.loop.engine.validate_request(ids, params, resume)
             except ValueError as exc:
                 raise type(exc)(f"prompts[{i}]: {exc}") from None
-            subs.append(Submission(prompt.request_id or f"{base_id}-{i}", ids, params, text, resume))
+            subs.append(
+                Submission(
+                    prompt.request_id or f"{base_id}-{i}", ids, params, text, resume=resume, caller=caller
+                )
+            )
         return subs
 
     def _prompt_ids(self, prompt: pb.Prompt) -> tuple[list[int], str | None]:
@@ -128,13 +149,21 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         if kind == "text":
             if not prompt.text:
                 raise ValueError("text: the prompt is empty")
-            return tokenize_text(tokenizer, prompt.text), prompt.text
+            return tokenize_text(tokenizer, prompt.text, self._max_text_chars), prompt.text
         if kind == "chat":
             messages = [{"role": m.role, "content": m.content} for m in prompt.chat.messages]
             if not messages:
                 raise ValueError("chat: no messages")
-            return tokenize_chat(tokenizer, messages)
+            return tokenize_chat(tokenizer, messages, self._max_text_chars)
         raise ValueError("prompt: empty; set token_ids, text or chat")
+
+    def _with_text(self, samples: list[CompletionOutput]) -> list[CompletionOutput]:
+        """Decodes each sample's text here, on the RPC thread (the loop thread never tokenizes)."""
+        tokenizer = self.loop.engine.tokenizer
+        for sample in samples:
+            if tokenizer is not None and sample.text is None:
+                sample.text = detokenize(tokenizer, sample.token_ids)
+        return samples
 
     def GetServerInfo(
         self, request: pb.GetServerInfoRequest, context: grpc.ServicerContext
@@ -189,6 +218,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             action()
         except Exception as exc:
             abort_with(context, exc)
+
+
+def _caller(context: grpc.ServicerContext) -> str:
+    """The `rollout-caller` metadata value: calls that share it share one turn in admission."""
+    return dict(context.invocation_metadata() or ()).get(CALLER_METADATA_KEY, "")
 
 
 def _cancel_when_done(context: grpc.ServicerContext, handle: RequestHandle) -> None:

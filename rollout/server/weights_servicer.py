@@ -2,9 +2,11 @@
 
 The servicer converts between protobuf and `rollout.weights`; the transfer happens on the RPC
 thread while generation goes on, and only the commit (an in-place copy plus a version bump) runs
-on the engine loop's thread: through `run_exclusive` (drains or aborts running requests first) for
-the in-flight policy "wait", between two engine steps for "abort", "keep" and "recompute". Errors
-before the commit leave the model untouched.
+on the engine loop's thread as a job bound to the RPC (`update_commit.py`: dropped if the caller
+leaves or its deadline passes first; a retried update id is answered, not re-applied). The in-flight
+policy "wait" commits as an exclusive job (running requests drain or are aborted first); "abort",
+"keep" and "recompute" commit between two engine steps. Every wait on a peer has an idle timeout.
+Errors before the commit leave the model untouched.
 """
 
 from __future__ import annotations
@@ -12,46 +14,54 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import grpc
 import torch
 import torch.distributed as dist
 
 from rollout.server.generated import weights_pb2, weights_pb2_grpc
+from rollout.server.idle_stream import IdleTimeoutStream
+from rollout.server.update_commit import (
+    CallerGoneError,
+    ExclusiveSubmitter,
+    UpdateRequest,
+    commit_for_call,
+    deadline_seconds,
+    precheck_version,
+)
 from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, empty_bucket, plan_buckets, unpack
 from rollout.weights.disk import load_checkpoint
 from rollout.weights.group import GroupSpec, WeightGroup
+from rollout.weights.ledger import UpdateLedger
 from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets, validate_manifest
-from rollout.weights.updater import StagedWeights, check_next_version
+from rollout.weights.updater import StagedWeights
 from rollout.weights.wire import (
     DEFAULT_GROUP_TIMEOUT_S,
     GROUP_BACKENDS,
-    in_flight_policy,
     manifest_from_proto,
-    requested_version,
 )
 
-T = TypeVar("T")
 SERVICE_NAME = weights_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 
 
-class ExclusiveRunner(Protocol):
-    """What the servicer needs from the server's engine loop."""
-
-    engine: Any  # LLMEngine
-
-    def run_exclusive(self, fn: Callable[[Any], T], abort_running: bool = False) -> T: ...
-
-    def call(self, fn: Callable[[Any], T]) -> T: ...
+DEFAULT_IDLE_TIMEOUT_S = 120.0
 
 
 class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
-    """One per server. Updates are serialized: a second one waits for the first to commit or fail."""
+    """One per server. Updates are serialized: a second one waits for the first to commit or fail.
 
-    def __init__(self, loop: ExclusiveRunner) -> None:
+    `idle_timeout_s` bounds every wait on a peer: a gap between two messages of an update stream,
+    and the group's join, handshake and broadcasts (a longer `timeout_s` in a request is capped).
+    """
+
+    def __init__(self, loop: ExclusiveSubmitter, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+        if idle_timeout_s <= 0:
+            raise ValueError(f"idle_timeout_s must be > 0, got {idle_timeout_s}")
         self._loop = loop
+        self._idle_timeout_s = idle_timeout_s
         self._update_lock = threading.Lock()
+        self._ledger = UpdateLedger()
         self._group: WeightGroup | None = None
 
     # ---- gRPC stream --------------------------------------------------------------------------
@@ -59,13 +69,19 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
     def UpdateWeights(
         self, request_iterator: Iterator[weights_pb2.UpdateWeightsRequest], context: grpc.ServicerContext
     ):
-        with self._update_lock, _status(context):
-            header = _first_header(request_iterator)
-            manifest = manifest_from_proto(header.manifest)
-            self._precheck(manifest, header.options)
-            staged = StagedWeights(manifest)
-            _receive_chunks(request_iterator, staged, context)
-            version = self._commit(staged.named_tensors(), header.options)
+        messages = IdleTimeoutStream(request_iterator, self._idle_timeout_s)
+        try:
+            with _status(context), self._one_update(context):
+                header = _first_header(messages)
+                manifest = manifest_from_proto(header.manifest)
+                update = UpdateRequest(header.options)
+                version = self._precheck(manifest, update)
+                if version is None:
+                    staged = StagedWeights(manifest)
+                    _receive_chunks(messages, staged, context)
+                    version = self._commit(staged.named_tensors(), update, context)
+        finally:
+            messages.close()
         return weights_pb2.UpdateWeightsResponse(
             weight_version=version, num_tensors=len(manifest), num_bytes=manifest.nbytes
         )
@@ -74,7 +90,8 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
 
     def InitWeightGroup(self, request: weights_pb2.InitWeightGroupRequest, context: grpc.ServicerContext):
         with _status(context):
-            spec = _group_spec(request)
+            timeout_s = min(request.timeout_s or DEFAULT_GROUP_TIMEOUT_S, self._idle_timeout_s)
+            spec = _group_spec(request, timeout_s)
             self._close_group()
             device = _model_device(self._loop.engine) if spec.backend == "nccl" else torch.device("cpu")
             self._group = WeightGroup.join(spec, device)
@@ -86,9 +103,10 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
         group = self._group
         if group is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no weight group: call InitWeightGroup first")
-        with self._update_lock, _status(context):
+        with _status(context), self._one_update(context):
             manifest = manifest_from_proto(request.manifest)
-            refusal = self._refusal(manifest, request.options)
+            update = UpdateRequest(request.options)
+            refusal = self._refusal(manifest, update)
             group.report_ready(request.update_id, refusal)
             if refusal is not None:
                 raise WeightUpdateError(refusal)
@@ -97,7 +115,7 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
                     grpc.StatusCode.ABORTED, "the trainer called the update off (another server refused it)"
                 )
             tensors = _receive_buckets(group, manifest, request.bucket_bytes or DEFAULT_BUCKET_BYTES)
-            version = self._commit(tensors, request.options)
+            version = self._commit(tensors, update, context)
         return weights_pb2.UpdateWeightsFromGroupResponse(weight_version=version)
 
     def CloseWeightGroup(self, request: weights_pb2.CloseWeightGroupRequest, context: grpc.ServicerContext):
@@ -109,37 +127,49 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
     def UpdateWeightsFromDisk(
         self, request: weights_pb2.UpdateWeightsFromDiskRequest, context: grpc.ServicerContext
     ):
-        with self._update_lock, _status(context):
-            check_next_version(self._loop.engine.weight_version, requested_version(request.options))
-            tensors = load_checkpoint(request.path)
-            self._precheck(Manifest.of(tensors), request.options)
-            version = self._commit(tensors, request.options)
+        with _status(context), self._one_update(context):
+            update = UpdateRequest(request.options)
+            version = precheck_version(self._loop.engine, self._ledger, update)
+            if version is None:
+                tensors = load_checkpoint(request.path)
+                self._precheck(Manifest.of(tensors), update)
+                version = self._commit(tensors, update, context)
+            else:
+                tensors = {}
         return weights_pb2.UpdateWeightsFromDiskResponse(weight_version=version, num_tensors=len(tensors))
 
     # ---- shared ---------------------------------------------------------------------------------
 
-    def _precheck(self, manifest: Manifest, options: weights_pb2.CommitOptions) -> None:
-        """Refuses a bad manifest or version before any byte is received."""
-        engine = self._loop.engine
-        in_flight_policy(options)
-        check_next_version(engine.weight_version, requested_version(options))
-        validate_manifest(manifest, model_targets(engine.model))
-
-    def _refusal(self, manifest: Manifest, options: weights_pb2.CommitOptions) -> str | None:
+    @contextmanager
+    def _one_update(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """Holds the update lock; ABORTED if another update holds it past this call's deadline."""
+        timeout = deadline_seconds(context)
+        if not self._update_lock.acquire(timeout=-1 if timeout is None else timeout):
+            context.abort(
+                grpc.StatusCode.ABORTED, "another weight update held the server until this call's deadline"
+            )
         try:
-            self._precheck(manifest, options)
+            yield
+        finally:
+            self._update_lock.release()
+
+    def _precheck(self, manifest: Manifest, update: UpdateRequest) -> int | None:
+        """Refuses a bad manifest or version before any byte is received; returns the version a
+        retried update id already set (nothing to receive then), else None."""
+        engine = self._loop.engine
+        known = precheck_version(engine, self._ledger, update)
+        validate_manifest(manifest, model_targets(engine.model))
+        return known
+
+    def _refusal(self, manifest: Manifest, update: UpdateRequest) -> str | None:
+        try:
+            self._precheck(manifest, update)
         except WeightUpdateError as err:
             return str(err)
         return None
 
-    def _commit(self, tensors: dict[str, torch.Tensor], options: weights_pb2.CommitOptions) -> int:
-        version, policy = requested_version(options), in_flight_policy(options)
-        if policy == "wait":
-            return self._loop.run_exclusive(
-                lambda engine: engine.update_weights(tensors, version), options.abort_running
-            )
-        # abort / keep / recompute commit between two steps, without waiting for an idle engine
-        return self._loop.call(lambda engine: engine.update_weights(tensors, version, in_flight=policy))
+    def _commit(self, tensors: dict[str, torch.Tensor], update: UpdateRequest, context) -> int:
+        return commit_for_call(self._loop, self._ledger, update, tensors, context)
 
     def _close_group(self) -> None:
         group, self._group = self._group, None
@@ -147,12 +177,21 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             group.close()
 
 
-def register_weight_sync(server: grpc.Server, loop: ExclusiveRunner) -> WeightSyncServicer:
+def register_weight_sync(
+    server: grpc.Server, loop: ExclusiveSubmitter, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+) -> WeightSyncServicer:
     """Adds the WeightSyncService to `server` (a `build_server` extra_servicers hook; list
     SERVICE_NAME in extra_service_names for reflection and health)."""
-    servicer = WeightSyncServicer(loop)
+    servicer = WeightSyncServicer(loop, idle_timeout_s)
     weights_pb2_grpc.add_WeightSyncServiceServicer_to_server(servicer, server)
     return servicer
+
+
+def weight_sync_hook(
+    idle_timeout_s: float,
+) -> Callable[[grpc.Server, ExclusiveSubmitter], WeightSyncServicer]:
+    """`register_weight_sync` with another idle timeout, as a `build_server` hook."""
+    return lambda server, loop: register_weight_sync(server, loop, idle_timeout_s)
 
 
 def _first_header(requests: Iterator[weights_pb2.UpdateWeightsRequest]) -> weights_pb2.WeightUpdateHeader:
@@ -169,11 +208,11 @@ def _receive_chunks(
         if not message.HasField("chunk"):
             raise WeightUpdateError("only chunks may follow the header")
         staged.write_bytes(message.chunk.offset, message.chunk.data)
-    if not staged.complete or not context.is_active():
-        # A client that dies or cancels mid-stream surfaces here as a stream that simply ends.
-        context.abort(
-            grpc.StatusCode.CANCELLED,
-            f"stream ended after {staged.num_bytes_received} of {staged.manifest.nbytes} bytes; nothing written",
+    if not context.is_active():  # a client that died or cancelled mid-stream: nobody reads a status
+        raise CallerGoneError("the call ended mid-stream; nothing was written")
+    if not staged.complete:  # the client closed its side early: a malformed update, not a cancel
+        raise WeightUpdateError(
+            f"stream ended after {staged.num_bytes_received} of {staged.manifest.nbytes} bytes; nothing written"
         )
 
 
@@ -189,14 +228,14 @@ def _receive_buckets(group: WeightGroup, manifest: Manifest, bucket_bytes: int) 
     return tensors
 
 
-def _group_spec(request: weights_pb2.InitWeightGroupRequest) -> GroupSpec:
+def _group_spec(request: weights_pb2.InitWeightGroupRequest, timeout_s: float) -> GroupSpec:
     spec = GroupSpec(
         master_addr=request.master_addr,
         master_port=request.master_port,
         world_size=request.world_size,
         rank=request.rank,
         backend=GROUP_BACKENDS[request.backend],
-        timeout_s=request.timeout_s or DEFAULT_GROUP_TIMEOUT_S,
+        timeout_s=timeout_s,
     )
     if spec.rank == 0:
         raise ValueError("rank must be in [1, world_size): rank 0 is the trainer")
@@ -209,6 +248,7 @@ def _model_device(engine: Any) -> torch.device:
 
 _STATUS_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (WeightUpdateError, grpc.StatusCode.INVALID_ARGUMENT),
+    (CallerGoneError, grpc.StatusCode.CANCELLED),
     (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (dist.DistStoreError, grpc.StatusCode.DEADLINE_EXCEEDED),

@@ -31,11 +31,19 @@ Metadata = Sequence[tuple[str, str]]
 
 
 class WeightSyncError(RuntimeError):
-    """Some servers did not take the update; `failures` maps each one's address to why."""
+    """Some servers did not take the update; `failures` maps each one's address to why.
 
-    def __init__(self, failures: Mapping[str, str], versions: Mapping[str, int] | None = None) -> None:
+    A server whose call failed at its deadline may still have committed at the last instant; push
+    again with `update_id=error.update_id` (or the same explicit `version=` and tensors) and a server
+    that has it answers with its version without applying it twice.
+    """
+
+    def __init__(
+        self, failures: Mapping[str, str], versions: Mapping[str, int] | None = None, update_id: str = ""
+    ) -> None:
         self.failures = dict(failures)
         self.versions = dict(versions or {})
+        self.update_id = update_id
         lines = [f"{address}: {why}" for address, why in self.failures.items()]
         done = f"; updated: {self.versions}" if self.versions else ""
         super().__init__(
@@ -66,23 +74,31 @@ class WeightPusher:
         version: int | None = None,
         abort_running: bool = False,
         in_flight: str = "wait",
+        update_id: str | None = None,
         **kwargs: Any,
     ) -> int:
         """Updates every server; returns the version now serving (the highest, if they differ).
 
         `in_flight` ("wait" | "abort" | "keep" | "recompute") is what each server does to the
-        requests generating when it commits (rollout/engine/in_flight.py)."""
+        requests generating when it commits (rollout/engine/in_flight.py). `update_id` names the
+        update for retries (default: a fresh id); a server that already committed that id answers
+        with the version it set then. A `WeightSyncError` carries it.
+        """
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         named = None if model_or_named_tensors is None else _named(model_or_named_tensors)
         if named is None and transport != "disk":
             raise ValueError("model_or_named_tensors: required for the grpc and distributed transports")
-        options = commit_options(version, abort_running, in_flight)
-        if transport == "grpc":
-            return self.push_grpc(named, options, **kwargs)
-        if transport == "distributed":
-            return self.push_distributed(named, options, **kwargs)
-        return self.push_disk(named, options, **kwargs)
+        options = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex)
+        try:
+            if transport == "grpc":
+                return self.push_grpc(named, options, **kwargs)
+            if transport == "distributed":
+                return self.push_distributed(named, options, **kwargs)
+            return self.push_disk(named, options, **kwargs)
+        except WeightSyncError as err:
+            err.update_id = options.update_id
+            raise
 
     # ---- grpc -----------------------------------------------------------------------------------
 

@@ -34,12 +34,15 @@ def manifest_from_proto(message: weights_pb2.WeightManifest) -> Manifest:
 
 
 def commit_options(
-    version: int | None, abort_running: bool, in_flight: str = "wait"
+    version: int | None, abort_running: bool, in_flight: str = "wait", update_id: str = ""
 ) -> weights_pb2.CommitOptions:
     if in_flight not in IN_FLIGHT_TO_PB:
         raise ValueError(f"in_flight must be one of {tuple(IN_FLIGHT_TO_PB)}, got {in_flight!r}")
     return weights_pb2.CommitOptions(
-        version=version, abort_running=abort_running, in_flight=IN_FLIGHT_TO_PB[in_flight]
+        version=version,
+        abort_running=abort_running,
+        in_flight=IN_FLIGHT_TO_PB[in_flight],
+        update_id=update_id,
     )
 
 

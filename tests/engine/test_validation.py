@@ -17,7 +17,7 @@ from tests.builders import tiny_llm
         ("temperature", float("nan")),
         ("top_p", 0.0),
         ("top_p", 1.01),
-        ("top_k", -1),
+        ("top_k", -2),
         ("min_p", 1.5),
         ("repetition_penalty", 0.0),
         ("seed", -1),
@@ -78,3 +78,8 @@ def test_text_prompt_without_tokenizer_is_refused() -> None:
 def test_max_model_len_beyond_the_model_is_refused() -> None:
     with pytest.raises(ValueError, match="max_model_len"):
         tiny_llm(max_model_len=100_000)
+
+
+def test_top_k_minus_one_means_off_as_in_vllm() -> None:
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
+    assert SamplingParams(top_k=-1).top_k == 0

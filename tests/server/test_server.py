@@ -97,6 +97,9 @@ class _EndedContext:
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise AssertionError(f"unexpected abort: {code} {details}")
 
+    def invocation_metadata(self) -> tuple:
+        return ()
+
 
 def test_a_client_gone_before_the_handler_registers_its_callback_still_aborts_its_request() -> None:
     engine = make_engine()

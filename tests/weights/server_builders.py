@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from rollout import SamplingParams
 from rollout.server.app import RolloutServer
-from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
+from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync, weight_sync_hook
 from tests.builders import random_prompts, tiny_llm
 from tests.server.server_builders import make_engine, serving
 
@@ -16,9 +16,12 @@ PROMPTS = random_prompts(3, 20, 40, seed=5)
 
 
 @contextmanager
-def weight_server(seed: int = 0, **config: object) -> Iterator[RolloutServer]:
+def weight_server(
+    seed: int = 0, idle_timeout_s: float | None = None, **config: object
+) -> Iterator[RolloutServer]:
     """A started server over a tiny engine (model seed `seed`) with the WeightSyncService."""
-    hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[SERVICE_NAME])
+    hook = register_weight_sync if idle_timeout_s is None else weight_sync_hook(idle_timeout_s)
+    hooks = dict(extra_servicers=[hook], extra_service_names=[SERVICE_NAME])
     with serving(make_engine(seed, **config), **hooks) as server:
         yield server
 

@@ -46,14 +46,16 @@ class WeightManifest(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class CommitOptions(_message.Message):
-    __slots__ = ("version", "abort_running", "in_flight")
+    __slots__ = ("version", "abort_running", "in_flight", "update_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_ID_FIELD_NUMBER: _ClassVar[int]
     version: int
     abort_running: bool
     in_flight: InFlightPolicy
-    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ...) -> None: ...
+    update_id: str
+    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ...) -> None: ...
 
 class WeightUpdateHeader(_message.Message):
     __slots__ = ("manifest", "options")

@@ -70,9 +70,10 @@ class WeightSyncServiceServicer:
 
     def UpdateWeights(self, request_iterator, context):
         """Streams an update: the first message is a WeightUpdateHeader, every later one a WeightChunk.
-        INVALID_ARGUMENT: the manifest does not match the model (the message names each tensor) or the
-        bytes do not match the manifest; CANCELLED: the client went away before the last chunk;
-        ABORTED: the commit lost to another update. In every error case nothing was written.
+        INVALID_ARGUMENT: the manifest does not match the model (the message names each tensor), the
+        bytes do not match the manifest, or the stream ended before the last chunk; DEADLINE_EXCEEDED:
+        the call's deadline passed, or no message came for the server's idle timeout; ABORTED: another
+        update held the server past this call's deadline. In every error case nothing was written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
