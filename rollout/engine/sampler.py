@@ -14,6 +14,7 @@ all-greedy batch draws no noise, and results reach the host in a fixed number of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import inf
 
 import torch
 
@@ -117,8 +118,10 @@ def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
 
 
 def _apply_top_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    ps = [row.params.top_p if not row.params.greedy else 1.0 for row in rows]
-    if all(p >= 1.0 for p in ps):
+    # a row without top-p gets an infinite threshold: its rounded cumulative mass can reach 1.0
+    # before the tail, and comparing it with p = 1.0 would cut tokens only when batched
+    ps = [row.params.top_p if row.params.top_p < 1.0 and not row.params.greedy else inf for row in rows]
+    if all(p == inf for p in ps):
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
