@@ -83,7 +83,9 @@ def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> t
 
 
 def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied."""
+    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied.
+
+    Computed in fp64 (a penalty such as 1e-300 is 0 in fp32) and clamped to the finite fp32 range."""
     if not _any(rows, lambda p: p.repetition_penalty != 1.0):
         return logits
     logits = logits.clone()
@@ -91,16 +93,27 @@ def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> to
         penalty = row.params.repetition_penalty
         if penalty != 1.0 and row.seen_token_ids:
             seen = to_device(sorted(set(row.seen_token_ids)), torch.int64, logits.device)
-            values = logits[i, seen]
-            logits[i, seen] = torch.where(values > 0, values / penalty, values * penalty)
+            values = logits[i, seen].double()
+            penalized = torch.where(values > 0, values / penalty, values * penalty)
+            logits[i, seen] = _finite(penalized).to(logits.dtype)
     return logits
 
 
 def _apply_temperature(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Greedy rows keep their logits; a temperature below 1 can overflow fp32 logits, hence the clamp."""
     temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
     if all(t == 1.0 for t in temps):
         return logits
-    return logits / _column(rows, temps, logits)
+    scaled = logits / _column(rows, [min(t, _FP32_MAX) for t in temps], logits)
+    return _finite(scaled) if min(temps) < 1.0 else scaled
+
+
+_FP32_MAX = torch.finfo(torch.float32).max
+
+
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """Overflowed values become the largest finite fp32 ones: still the extremes, never inf - inf = NaN."""
+    return values.clamp(min=-_FP32_MAX, max=_FP32_MAX)
 
 
 def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
@@ -128,6 +141,7 @@ def _apply_top_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     # drop a token when the mass before it already reaches p (the top token always stays)
     mass_before = probs.cumsum(dim=-1) - probs
     drop_sorted = mass_before >= _column(rows, ps, probs)
+    drop_sorted[:, 0] = False  # a top_p that rounds to 0 in fp32 still keeps the top token
     drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 
