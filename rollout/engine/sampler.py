@@ -3,8 +3,9 @@
 Order of processing (vLLM's and TRL's expectation): repetition penalty, temperature, top-k, top-p,
 min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
 of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
-E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row draws its noise from
-its own generator, so its tokens do not depend on what else is in the batch.
+E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
+(seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
+tokens do not depend on what else is in the batch or on how the batch was scheduled.
 
 Host work stays flat in the batch size: one call samples the whole step, the vocabulary is sorted
 only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
@@ -13,20 +14,22 @@ all-greedy batch draws no noise, and results reach the host in a fixed number of
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from math import inf
 
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.engine.sampling_noise import log_exponential_noise, row_state, sample_key
 from rollout.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)
 class SampleRow:
     params: SamplingParams
-    generator: torch.Generator | None
-    seen_token_ids: list[int]  # prompt + output so far, for the repetition penalty
+    sample_index: int  # which of the request's n samples: with params.seed, the noise key
+    seen_token_ids: list[int]  # prompt + output so far: the repetition penalty; its length is the position
 
 
 @dataclass(slots=True)
@@ -38,7 +41,8 @@ class SamplerOutput:
 
 class Sampler:
     def __init__(self, device: torch.device, seed: int) -> None:
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.device = device
+        self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
@@ -55,23 +59,21 @@ class Sampler:
         return _gather_logprobs(processed, raw_logprobs, token_ids, rows)
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        """The exponential race argmax p / E, in log space: argmax(log p - log E)."""
         greedy = [row.params.greedy for row in rows]
         if all(greedy):
             return logprobs.argmax(dim=-1)
-        noise = torch.empty_like(logprobs)
-        for i, row in enumerate(rows):
-            if row.generator is not None:
-                noise[i].exponential_(generator=row.generator)
-        unseeded = [i for i, row in enumerate(rows) if row.generator is None]
-        if unseeded:
-            noise[to_device(unseeded, torch.int64, noise.device)] = torch.empty(
-                len(unseeded), logprobs.shape[1], device=logprobs.device
-            ).exponential_(generator=self.generator)
-        sampled = (logprobs.exp() / noise.clamp_(min=1e-30)).argmax(dim=-1)
+        states = [row_state(self._key(row), len(row.seen_token_ids)) for row in rows]
+        noise = log_exponential_noise(states, logprobs.shape[1], logprobs.device)
+        sampled = noise.neg_().add_(logprobs).argmax(dim=-1)
         if not any(greedy):
             return sampled
         is_greedy = to_device(greedy, torch.bool, logprobs.device)
         return torch.where(is_greedy, logprobs.argmax(dim=-1), sampled)
+
+    def _key(self, row: SampleRow) -> int:
+        seed = row.params.seed
+        return sample_key(seed, row.sample_index) if seed is not None else self._rng.getrandbits(64)
 
 
 def _any(rows: list[SampleRow], predicate) -> bool:

@@ -10,8 +10,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 if TYPE_CHECKING:
     from rollout.engine.request import Request
 
@@ -37,7 +35,6 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
-    generator: torch.Generator | None = None
     finish_reason: str | None = None
 
     @property

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_rows(params: list[SamplingParams], seed: int | None = None) -> list[SampleRow]:
-    generators = [
-        None if seed is None else torch.Generator().manual_seed(seed + i) for i in range(len(params))
-    ]
-    return [SampleRow(p, g, [5, 6, 7]) for p, g in zip(params, generators, strict=True)]
+    """With `seed`, row i is sample i of a request seeded with it; without, the rows are unseeded."""
+    return [SampleRow(replace(p, seed=seed), i, [5, 6, 7]) for i, p in enumerate(params)]
 
 
 def ops_of(params: list[SamplingParams]) -> set[str]:
@@ -58,8 +57,8 @@ def test_top_k_uses_a_partial_topk_and_only_top_p_sorts() -> None:
 
 
 def test_an_all_greedy_batch_draws_no_noise() -> None:
-    assert "exponential_" not in ops_of([SamplingParams(temperature=0)] * 4)
-    assert "exponential_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
+    assert "log1p_" not in ops_of([SamplingParams(temperature=0)] * 4)
+    assert "log1p_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
 
 
 MIXED_PARAMS = [
@@ -118,7 +117,7 @@ def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
         device = torch.device("cuda")
         logits = torch.randn(batch, VOCAB, device=device)
         params = [SamplingParams(temperature=0.8, top_k=20, logprobs=2)] * batch
-        rows = [SampleRow(p, None, [5]) for p in params]
+        rows = [SampleRow(p, 0, [5]) for p in params]
         sampler = Sampler(device, seed=0)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
