@@ -120,15 +120,16 @@ def _finite(values: torch.Tensor) -> torch.Tensor:
 
 def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     vocab = logits.shape[1]
-    ks = [
-        row.params.top_k if 0 < row.params.top_k < vocab and not row.params.greedy else vocab for row in rows
-    ]
-    if all(k == vocab for k in ks):
+    active = [0 < row.params.top_k < vocab and not row.params.greedy for row in rows]
+    if not any(active):
         return logits
-    # k-th largest value per row, without a full sort of the vocabulary
+    # k-th largest value per row, without a full sort of the vocabulary; rows without top-k take
+    # k = 1 (cheap) and a threshold of -inf
+    ks = [row.params.top_k if on else 1 for row, on in zip(rows, active, strict=True)]
     kth = logits.topk(max(ks), dim=-1).values.gather(
         1, to_device(ks, torch.int64, logits.device)[:, None] - 1
     )
+    kth = kth.masked_fill(~to_device(active, torch.bool, logits.device)[:, None], float("-inf"))
     return logits.masked_fill(logits < kth, float("-inf"))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rollout import SamplingParams
 from rollout.engine.sampler import Sampler, SampleRow
@@ -130,3 +131,23 @@ def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
         return len(caught)
 
     assert syncs(64) == syncs(1)
+
+
+def test_rows_without_top_k_do_not_widen_the_partial_topk() -> None:
+    """Beside a top-k row, a row without top-k costs k = 1, not a sort of the whole vocabulary."""
+
+    class TopkSizes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ks: list[int] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "topk":
+                self.ks.append(args[1])
+            return func(*args, **(kwargs or {}))
+
+    logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(0))
+    rows = make_rows([SamplingParams(top_k=20), SamplingParams(temperature=0.9)])
+    with TopkSizes() as recorder:
+        Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    assert recorder.ks == [20]
