@@ -6,6 +6,7 @@ Shared by `rollout bench` and benchmarks/bench_engine.py, so both print the same
 from __future__ import annotations
 
 import copy
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -32,7 +33,7 @@ BASELINES: dict[str, tuple[str, Callable[[PreTrainedModel, Workload], systems.Sy
 class Report:
     workload: Workload
     results: dict[str, systems.Result]
-    floor_seconds: float  # rollout's linear layers during one run
+    floor_seconds: float  # rollout's linear layers, median over the timed runs
 
     def to_json(self) -> dict:
         return {
@@ -46,13 +47,14 @@ class Report:
 
 
 def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str, repeats: int) -> Report:
-    """Measures rollout and each baseline on its own copy of `base`, then rollout's matmul floor."""
+    """Measures rollout (and its matmul floor, in the same runs) and each baseline on its own copy."""
     model = copy.deepcopy(base)
     runs = {"rollout": systems.rollout_engine(model, work, device)}
     for name in (b for b in BASELINES if b in baselines):
         runs[name] = BASELINES[name][1](copy.deepcopy(base), work)
     print(work.description, flush=True)
     print(f"  {'system':58s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>9s}  rollout is", flush=True)
+    runs["rollout"], floors = _with_floor(model, runs["rollout"])
     results: dict[str, systems.Result] = {}
     for name, system in runs.items():
         results[name] = result = systems.measure(system, repeats)
@@ -62,14 +64,31 @@ def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str
             f"  {label:58s} {result.tokens:7d} {result.seconds:8.2f} {result.tokens_per_s:9.1f}  {ratio}",
             flush=True,
         )
-    floor = linear_seconds(model, runs["rollout"])
+    floor = statistics.median(floors[1:])  # the timed runs, not the warm-up
     wall = results["rollout"].seconds
     print(
-        f"  {'matmul floor (rollout run, its linear layers alone)':58s} {'':7s} {floor:8.2f} {'':9s}  "
+        f"  {'matmul floor (the same runs, rollout linear layers alone)':58s} {'':7s} {floor:8.2f} {'':9s}  "
         f"rollout wall = {wall / floor:.2f}x the floor",
         flush=True,
     )
     return Report(work, results, floor)
+
+
+def _with_floor(model: PreTrainedModel, system: systems.System) -> tuple[systems.System, list[float]]:
+    """`system`, timing the model's linear layers during each run: wall and floor under the same load."""
+    floors: list[float] = []
+
+    def run() -> int:
+        tokens = 0
+
+        def inner() -> None:
+            nonlocal tokens
+            tokens = system()
+
+        floors.append(linear_seconds(model, inner))
+        return tokens
+
+    return run, floors
 
 
 def run_workloads(
