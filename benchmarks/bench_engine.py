@@ -1,9 +1,12 @@
-"""GRPO-shaped throughput: rollout's LLM vs transformers' generate_batch and generate, in one run.
+"""GRPO-shaped throughput: rollout's LLM vs transformers' baselines and the matmul floor, in one run.
 
-Workload: P prompts x n samples, prompt lengths uniform in [min, max], a fixed number of new tokens
-(ignore_eos), sampling at temperature 1 with the sampled token's logprob (what a GRPO trainer needs).
-Prints output tokens/s per system and the ratios. The device is named in the output; absolute
-figures are only meaningful on a GPU, ratios on any machine.
+Workloads: P prompts x n samples, prompt lengths uniform in [min, max], sampling at temperature 1
+with the sampled token's logprob (what a GRPO trainer needs); "fixed": exactly --new tokens per
+sample (ignore_eos); "variable": EOS sampled, its logit biased so lengths spread like a GRPO round
+(rollout/bench/workloads.py). Systems: rollout; transformers `generate` given all rows at once (left
+padding: the strongest simple baseline), `generate` per prompt, `generate_batch` (sdpa and
+paged|eager); and the matmul floor: rollout's linear layers alone, timed during one of its runs.
+The device is named in the output; absolute figures are only meaningful on a GPU, ratios anywhere.
 
     python benchmarks/bench_engine.py                      # tiny model, CPU-sized workload
     python benchmarks/bench_engine.py --shape qwen2.5-1.5b --prompts 64 --prompt-len 256 256 --new 512
@@ -12,14 +15,13 @@ figures are only meaningful on a GPU, ratios on any machine.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rollout.bench import systems
+from rollout.bench import side_by_side, systems
 
 SHAPES = {
     # name: (config class, model class, kwargs)
@@ -86,48 +88,25 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["generate", "generate_batch"])
+    parser.add_argument(
+        "--workloads", nargs="+", default=["fixed", "variable"], choices=["fixed", "variable"]
+    )
+    parser.add_argument("--skip", nargs="*", default=[], choices=sorted(side_by_side.BASELINES))
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     base = build_model(args.shape, args.device, dtype)
     prompts = systems.random_prompts(args.prompts, *args.prompt_len, base.config.vocab_size)
-    workloads = {
-        "rollout": systems.rollout_engine(copy.deepcopy(base), prompts, args.n, args.new, args.device)
-    }
-    if "generate_batch" not in args.skip:
-        for attn in ("sdpa", "paged|eager"):
-            model = copy.deepcopy(base)
-            workloads[f"generate_batch[{attn}]"] = systems.generate_batch(
-                model, prompts, args.n, args.new, attn
-            )
-    if "generate" not in args.skip:
-        workloads["generate"] = systems.generate(copy.deepcopy(base), prompts, args.n, args.new)
-    device = systems.device_name(args.device)
-    lo, hi = args.prompt_len
-    print(
-        f"device: {device}; shape {args.shape}; {args.prompts} prompts x n={args.n}, prompt {lo}-{hi} tokens, "
-        f"{args.new} new tokens, {dtype}",
-        flush=True,
+    print(f"device: {systems.device_name(args.device)}; shape {args.shape}; {dtype}", flush=True)
+    baselines = [b for b in side_by_side.BASELINES if b not in args.skip]
+    reports = side_by_side.run_workloads(
+        base, prompts, args.n, args.new, args.workloads, baselines, args.device, args.repeats
     )
-    results = {}
-    for name, run in workloads.items():
-        results[name] = result = systems.measure(run, args.repeats)
-        print(
-            f"  {name:28s} {result.tokens:7d} tokens {result.seconds:8.2f} s {result.tokens_per_s:10.1f} tok/s",
-            flush=True,
-        )
-    ours = results["rollout"].tokens_per_s
-    for name, result in results.items():
-        if name != "rollout":
-            print(f"  rollout / {name}: {ours / result.tokens_per_s:.2f}x")
     if args.json:
-        summary = {
-            k: {"seconds": v.seconds, "tokens": v.tokens, "tokens_per_s": v.tokens_per_s}
-            for k, v in results.items()
-        }
         with open(args.json, "w") as f:
-            json.dump({"device": device, "args": vars(args), "results": summary}, f, indent=2)
+            results = {k: r.to_json() for k, r in reports.items()}
+            summary = {"device": systems.device_name(args.device), "args": vars(args), "workloads": results}
+            json.dump(summary, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    attention_backend: str = "auto"  # "auto" | "torch" | "triton"
+    attention_backend: str = "auto"  # "auto" | "sdpa" (CPU) | "torch" (the reference) | "triton"
     enforce_eager: bool = False  # CUDA only: False captures CUDA graphs for decode steps
     seed: int = 0
     # Default SamplingParams.max_staleness for requests that leave it unset (None: no bound).
@@ -44,9 +44,9 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.attention_backend not in ("auto", "torch", "triton"):
+        if self.attention_backend not in ("auto", "sdpa", "torch", "triton"):
             raise ValueError(
-                f"attention_backend must be auto, torch or triton, got {self.attention_backend!r}"
+                f"attention_backend must be auto, sdpa, torch or triton, got {self.attention_backend!r}"
             )
 
 

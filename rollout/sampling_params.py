@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LOGPROBS_MODES = ("processed", "raw")
+# Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
+GREEDY_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,11 @@ class SamplingParams:
     alternatives. `logprobs_mode`: "processed" is the log-softmax of the distribution the token
     was drawn from (after penalties, temperature and top-k/top-p/min-p); "raw" that of the model's
     unscaled logits. With temperature 0 (greedy) "processed" skips the temperature.
+
+    Extreme values stay exact or take their limit, never NaN: a temperature below
+    `GREEDY_TEMPERATURE` (1e-5, vLLM's threshold) samples greedily, as its limit does; a top_p too
+    small for fp32 keeps only the top token; a repetition penalty whose result overflows fp32 is
+    clamped to the largest finite logit.
     """
 
     n: int = 1
@@ -68,7 +75,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_TEMPERATURE
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

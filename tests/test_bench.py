@@ -1,23 +1,54 @@
-"""`rollout bench` runs on the embedded model and every compared system does the same work."""
+"""`rollout bench` runs on the embedded model: every compared system does the same work on fixed
+lengths, lengths spread on the variable workload, and the matmul floor is part of the run."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from rollout.bench import systems
+from rollout.bench.floor import linear_seconds
+from rollout.bench.workloads import Workload
 from rollout.cli import main as cli_main
+from tests.builders import random_prompts, tiny_model
+
+
+def bench(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--prompts", "3", "--n", "2", "--repeats", "1", *args, "--json", str(out)]
+    assert cli_main(argv) == 0
+    return json.loads(out.read_text())
 
 
 def test_bench_compares_systems_on_identical_token_counts(tmp_path: Path, capsys) -> None:
-    out = tmp_path / "bench.json"
-    argv = ["bench", "--prompts", "3", "--n", "2", "--new", "5", "--repeats", "1", "--compare", "generate"]
-    assert cli_main([*argv, "--json", str(out)]) == 0
-    results = json.loads(out.read_text())
-    assert set(results) == {"rollout", "generate"}
+    report = bench(tmp_path, "--new", "5", "--workloads", "fixed", "--compare", "generate", "generate_static")
+    results = report["fixed"]["results"]
+    assert set(results) == {"rollout", "generate", "generate_static"}
     assert {r["tokens"] for r in results.values()} == {3 * 2 * 5}  # ignore_eos: fixed lengths everywhere
-    assert "rollout / generate:" in capsys.readouterr().out
+    assert report["fixed"]["matmul_floor_seconds"] > 0
+    out = capsys.readouterr().out
+    assert "all rows at once" in out and "x the floor" in out
+
+
+def test_the_variable_workload_stops_samples_at_eos(tmp_path: Path) -> None:
+    report = bench(tmp_path, "--new", "24", "--workloads", "variable", "--compare", "generate_static")
+    for result in report["variable"]["results"].values():
+        assert 3 * 2 <= result["tokens"] < 3 * 2 * 24  # EOS sampled: not every sample runs to the cap
+
+
+def test_the_floor_is_the_linear_layers_share_of_one_run() -> None:
+    model = tiny_model(seed=0)
+    run = systems.rollout_engine(model, Workload("fixed", random_prompts(4, 5, 20), 2, 8, None), "cpu")
+    run()
+    start = time.perf_counter()
+    floor = linear_seconds(model, run)
+    assert 0 < floor < time.perf_counter() - start
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and not any(m._forward_hooks or m._forward_pre_hooks for m in linears)  # hooks removed
 
 
 def test_bench_refuses_a_workload_longer_than_the_model_context() -> None:

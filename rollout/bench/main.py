@@ -1,4 +1,5 @@
-"""`rollout bench`: output tokens/s of a GRPO-shaped workload; with --compare, transformers too.
+"""`rollout bench`: output tokens/s of GRPO-shaped workloads, side by side with transformers' baselines
+and the matmul floor (rollout's linear layers alone), on fixed and on variable lengths.
 
 With no --model it runs the embedded default model (short prompts: its context is 64 tokens), so it
 works offline on any machine. Ratios are meaningful anywhere; absolute figures only on a GPU.
@@ -7,7 +8,6 @@ works offline on any machine. Ratios are meaningful anywhere; absolute figures o
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 from pathlib import Path
@@ -16,9 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollout.assets import default_model_path
-from rollout.bench import systems
-
-COMPARABLE = ("generate_batch", "generate")
+from rollout.bench import side_by_side, systems
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--new", type=int, help="new tokens per sample (default 32, or 64 with --model)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--compare", nargs="*", choices=COMPARABLE, default=[], help="also run these")
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        choices=sorted(side_by_side.BASELINES),
+        default=["generate_static", "generate", "generate_batch"],
+        help="baselines to run beside rollout (default: all but generate_batch_eager)",
+    )
+    parser.add_argument(
+        "--workloads", nargs="+", choices=["fixed", "variable"], default=["fixed", "variable"]
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     return parser
 
@@ -54,34 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     prompts = systems.random_prompts(args.prompts, lo, hi, model.config.vocab_size)
     print(
-        f"device: {systems.device_name(args.device)}; model {args.model or 'embedded default'}; "
-        f"{args.prompts} prompts x n={args.n}, prompt {lo}-{hi} tokens, {new} new tokens, {dtype}",
+        f"device: {systems.device_name(args.device)}; model {args.model or 'embedded default'}; {dtype}",
         flush=True,
     )
-    results = _run_all(args, model, prompts, new)
+    reports = side_by_side.run_workloads(
+        model, prompts, args.n, new, args.workloads, args.compare, args.device, args.repeats
+    )
     if args.json:
-        args.json.write_text(
-            json.dumps({k: vars(v) | {"tokens_per_s": v.tokens_per_s} for k, v in results.items()})
-        )
+        args.json.write_text(json.dumps({k: r.to_json() for k, r in reports.items()}, indent=2))
     return 0
-
-
-def _run_all(args: argparse.Namespace, model: torch.nn.Module, prompts: list[list[int]], new: int) -> dict:
-    workloads = {"rollout": systems.rollout_engine(copy.deepcopy(model), prompts, args.n, new, args.device)}
-    if "generate_batch" in args.compare:
-        workloads["generate_batch"] = systems.generate_batch(
-            copy.deepcopy(model), prompts, args.n, new, "sdpa"
-        )
-    if "generate" in args.compare:
-        workloads["generate"] = systems.generate(copy.deepcopy(model), prompts, args.n, new)
-    results = {}
-    for name, run in workloads.items():
-        results[name] = result = systems.measure(run, args.repeats)
-        print(
-            f"  {name:16s} {result.tokens:7d} tokens {result.seconds:8.2f} s {result.tokens_per_s:10.1f} tok/s"
-        )
-    ours = results["rollout"].tokens_per_s
-    for name, result in results.items():
-        if name != "rollout":
-            print(f"  rollout / {name}: {ours / result.tokens_per_s:.2f}x")
-    return results

@@ -1,8 +1,7 @@
-"""The systems a benchmark compares, each as a no-argument callable that runs the whole workload.
+"""The systems a benchmark compares, each a no-argument callable that runs a whole `Workload`.
 
-Workload: prompts x n samples, a fixed number of new tokens (ignore_eos, so every system does the
-same work), temperature 1 with the sampled tokens' logprobs (what a GRPO trainer needs). Each
-system gets its own copy of the model. Shared by `rollout bench` and benchmarks/bench_engine.py.
+Every system samples at temperature 1 and produces the sampled tokens' logprobs (what a GRPO trainer
+needs), with its own copy of the model. Shared by `rollout bench` and benchmarks/bench_engine.py.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation import ContinuousBatchingConfig
 
 from rollout import LLM, EngineConfig, SamplingParams
+from rollout.bench.workloads import Workload
 
-Workload = Callable[[], int]  # runs everything once, returns the number of output tokens
+System = Callable[[], int]  # runs the whole workload once, returns the number of output tokens
 
 
 @dataclass(frozen=True)
@@ -41,69 +41,110 @@ def random_prompts(
     return [torch.randint(first_id, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
-def rollout_engine(
-    model: PreTrainedModel, prompts: list[list[int]], n: int, new: int, device: str
-) -> Workload:
-    llm = LLM(model=model, config=EngineConfig(max_num_seqs=max(256, len(prompts) * n), device=device))
-    params = SamplingParams(n=n, max_tokens=new, temperature=1.0, ignore_eos=True, logprobs=0)
+def rollout_engine(model: PreTrainedModel, work: Workload, device: str) -> System:
+    llm = LLM(
+        model=model, config=EngineConfig(max_num_seqs=max(256, len(work.prompts) * work.n), device=device)
+    )
+    params = SamplingParams(
+        n=work.n, max_tokens=work.new, temperature=1.0, ignore_eos=work.eos_token_id is None, logprobs=0
+    )
 
     def run() -> int:
-        outs = llm.generate(prompts, params)
+        outs = llm.generate(work.prompts, params)
         return sum(len(c.token_ids) for o in outs for c in o.outputs)
 
     return run
 
 
-def generate_batch(model: PreTrainedModel, prompts: list[list[int]], n: int, new: int, attn: str) -> Workload:
+def static_generate(model: PreTrainedModel, work: Workload) -> System:
+    """`generate` given every row at once (prompts left-padded, `num_return_sequences=n`), logits kept
+    for the logprobs: the strongest simple baseline. With EOS, a finished row pads until the last ends."""
+    model.set_attn_implementation("sdpa")
+    width = max(len(p) for p in work.prompts)
+    pad = 0
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in work.prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in work.prompts], device=model.device)
+
+    def run() -> int:
+        out = model.generate(
+            ids, attention_mask=mask, num_return_sequences=work.n, **_generate_kwargs(work), pad_token_id=pad
+        )
+        _sampled_logprobs(out, width)
+        return _count_tokens(out.sequences[:, width:], work.eos_token_id)
+
+    return run
+
+
+def generate(model: PreTrainedModel, work: Workload) -> System:
+    """Plain `generate`, one call per prompt with `num_return_sequences=n` (no padding waste)."""
+    model.set_attn_implementation("sdpa")
+
+    def run() -> int:
+        total = 0
+        for prompt in work.prompts:
+            ids = torch.tensor([prompt], device=model.device)
+            out = model.generate(ids, num_return_sequences=work.n, **_generate_kwargs(work), pad_token_id=0)
+            _sampled_logprobs(out, len(prompt))
+            total += _count_tokens(out.sequences[:, len(prompt) :], work.eos_token_id)
+        return total
+
+    return run
+
+
+def generate_batch(model: PreTrainedModel, work: Workload, attn: str) -> System:
     """transformers' continuous batching with `num_return_sequences=n` and logprobs."""
     model.set_attn_implementation(attn)
     gen = GenerationConfig(
-        max_new_tokens=new,
+        max_new_tokens=work.new,
         do_sample=True,
         temperature=1.0,
         top_k=0,
-        num_return_sequences=n,
-        eos_token_id=-1,
+        num_return_sequences=work.n,
+        eos_token_id=-1 if work.eos_token_id is None else work.eos_token_id,
         pad_token_id=0,
     )
     cb = ContinuousBatchingConfig(return_logprobs=True)
 
     def run() -> int:
         outs = model.generate_batch(
-            prompts, generation_config=gen, continuous_batching_config=cb, progress_bar=False
+            work.prompts, generation_config=gen, continuous_batching_config=cb, progress_bar=False
         )
         return sum(len(o.generated_tokens) for o in outs.values())
 
     return run
 
 
-def generate(model: PreTrainedModel, prompts: list[list[int]], n: int, new: int) -> Workload:
-    """Plain `generate`, one call per prompt with `num_return_sequences=n` (no padding waste)."""
-    model.set_attn_implementation("sdpa")
-
-    def run() -> int:
-        total = 0
-        for prompt in prompts:
-            ids = torch.tensor([prompt], device=model.device)
-            out = model.generate(
-                ids,
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=True,
-                top_k=0,
-                num_return_sequences=n,
-                pad_token_id=0,
-                output_logits=True,
-                return_dict_in_generate=True,
-            )
-            torch.log_softmax(torch.stack(out.logits).float(), -1)  # the logprobs a trainer needs
-            total += (out.sequences.shape[1] - len(prompt)) * n
-        return total
-
-    return run
+def _generate_kwargs(work: Workload) -> dict:
+    fixed = work.eos_token_id is None
+    return dict(
+        max_new_tokens=work.new,
+        min_new_tokens=work.new if fixed else 0,
+        eos_token_id=None if fixed else work.eos_token_id,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
 
 
-def measure(run: Workload, repeats: int, warmup: bool = True) -> Result:
+def _sampled_logprobs(out, prompt_width: int) -> torch.Tensor:
+    """The logprob of each sampled token: what a trainer needs (computed, then dropped)."""
+    logprobs = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)  # [rows, steps, vocab]
+    return logprobs.gather(-1, out.sequences[:, prompt_width:, None])[..., 0]
+
+
+def _count_tokens(completions: torch.Tensor, eos: int | None) -> int:
+    """Tokens up to and including each row's first EOS (padding after it is not output)."""
+    if eos is None:
+        return completions.numel()
+    is_eos = completions == eos
+    ended = is_eos.any(dim=1)
+    first = is_eos.int().argmax(dim=1) + 1
+    return int(torch.where(ended, first, completions.shape[1]).sum())
+
+
+def measure(run: System, repeats: int, warmup: bool = True) -> Result:
     """Median of `repeats` timed runs, after one untimed warm-up run."""
     if warmup:
         run()

@@ -235,7 +235,7 @@ class LLMEngine:
         if len(seqs) != len(groups):
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
-        rows = [SampleRow(seq.request.params, seq.generator, seq.token_ids) for seq in seqs]
+        rows = [SampleRow(seq.request.params, seq.sample_index, seq.token_ids) for seq in seqs]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
@@ -302,16 +302,8 @@ class LLMEngine:
         )
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
-        seed = request.params.seed
-        generator = None
-        if seed is not None:
-            generator = torch.Generator(device=self.model.device).manual_seed(
-                _sample_seed(seed, sample_index)
-            )
         prompt = request.prompt_token_ids
-        return Sequence(
-            next(self._seq_ids), request, list(prompt), len(prompt), sample_index, generator=generator
-        )
+        return Sequence(next(self._seq_ids), request, list(prompt), len(prompt), sample_index)
 
     # ---- weights and cache ------------------------------------------------------------------
 
@@ -406,8 +398,3 @@ class LLMEngine:
             reserve = total * (1 - self.config.gpu_memory_utilization)
             return int(max(0, free - reserve) * 0.9)  # headroom for activations
         return int(_CPU_KV_CACHE_GB * 2**30)
-
-
-def _sample_seed(seed: int, sample_index: int) -> int:
-    """Distinct, reproducible streams for the n samples of one seeded request."""
-    return (seed * 1_000_003 + sample_index * 7_919) % (2**63)

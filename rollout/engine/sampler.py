@@ -3,8 +3,9 @@
 Order of processing (vLLM's and TRL's expectation): repetition penalty, temperature, top-k, top-p,
 min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
 of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
-E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row draws its noise from
-its own generator, so its tokens do not depend on what else is in the batch.
+E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
+(seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
+tokens do not depend on what else is in the batch or on how the batch was scheduled.
 
 Host work stays flat in the batch size: one call samples the whole step, the vocabulary is sorted
 only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
@@ -13,11 +14,14 @@ all-greedy batch draws no noise, and results reach the host in a fixed number of
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
+from math import inf
 
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.engine.sampling_noise import log_exponential_noise, row_state, sample_key
 from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.sampling_params import SamplingParams
 
@@ -25,8 +29,8 @@ from rollout.sampling_params import SamplingParams
 @dataclass(slots=True)
 class SampleRow:
     params: SamplingParams
-    generator: torch.Generator | None
-    seen_token_ids: list[int]  # prompt + output so far, for the repetition penalty
+    sample_index: int  # which of the request's n samples: with params.seed, the noise key
+    seen_token_ids: list[int]  # prompt + output so far: the repetition penalty; its length is the position
 
 
 @dataclass(slots=True)
@@ -40,7 +44,8 @@ class SamplerOutput:
 
 class Sampler:
     def __init__(self, device: torch.device, seed: int) -> None:
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.device = device
+        self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
@@ -60,23 +65,21 @@ class Sampler:
         return out
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        """The exponential race argmax p / E, in log space: argmax(log p - log E)."""
         greedy = [row.params.greedy for row in rows]
         if all(greedy):
             return logprobs.argmax(dim=-1)
-        noise = torch.empty_like(logprobs)
-        for i, row in enumerate(rows):
-            if row.generator is not None:
-                noise[i].exponential_(generator=row.generator)
-        unseeded = [i for i, row in enumerate(rows) if row.generator is None]
-        if unseeded:
-            noise[to_device(unseeded, torch.int64, noise.device)] = torch.empty(
-                len(unseeded), logprobs.shape[1], device=logprobs.device
-            ).exponential_(generator=self.generator)
-        sampled = (logprobs.exp() / noise.clamp_(min=1e-30)).argmax(dim=-1)
+        states = [row_state(self._key(row), len(row.seen_token_ids)) for row in rows]
+        noise = log_exponential_noise(states, logprobs.shape[1], logprobs.device)
+        sampled = noise.neg_().add_(logprobs).argmax(dim=-1)
         if not any(greedy):
             return sampled
         is_greedy = to_device(greedy, torch.bool, logprobs.device)
         return torch.where(is_greedy, logprobs.argmax(dim=-1), sampled)
+
+    def _key(self, row: SampleRow) -> int:
+        seed = row.params.seed
+        return sample_key(seed, row.sample_index) if seed is not None else self._rng.getrandbits(64)
 
 
 def _any(rows: list[SampleRow], predicate) -> bool:
@@ -88,7 +91,9 @@ def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> t
 
 
 def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied."""
+    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied.
+
+    Computed in fp64 (a penalty such as 1e-300 is 0 in fp32) and clamped to the finite fp32 range."""
     if not _any(rows, lambda p: p.repetition_penalty != 1.0):
         return logits
     logits = logits.clone()
@@ -96,41 +101,56 @@ def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> to
         penalty = row.params.repetition_penalty
         if penalty != 1.0 and row.seen_token_ids:
             seen = to_device(sorted(set(row.seen_token_ids)), torch.int64, logits.device)
-            values = logits[i, seen]
-            logits[i, seen] = torch.where(values > 0, values / penalty, values * penalty)
+            values = logits[i, seen].double()
+            penalized = torch.where(values > 0, values / penalty, values * penalty)
+            logits[i, seen] = _finite(penalized).to(logits.dtype)
     return logits
 
 
 def _apply_temperature(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Greedy rows keep their logits; a temperature below 1 can overflow fp32 logits, hence the clamp."""
     temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
     if all(t == 1.0 for t in temps):
         return logits
-    return logits / _column(rows, temps, logits)
+    scaled = logits / _column(rows, [min(t, _FP32_MAX) for t in temps], logits)
+    return _finite(scaled) if min(temps) < 1.0 else scaled
+
+
+_FP32_MAX = torch.finfo(torch.float32).max
+
+
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """Overflowed values become the largest finite fp32 ones: still the extremes, never inf - inf = NaN."""
+    return values.clamp(min=-_FP32_MAX, max=_FP32_MAX)
 
 
 def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     vocab = logits.shape[1]
-    ks = [
-        row.params.top_k if 0 < row.params.top_k < vocab and not row.params.greedy else vocab for row in rows
-    ]
-    if all(k == vocab for k in ks):
+    active = [0 < row.params.top_k < vocab and not row.params.greedy for row in rows]
+    if not any(active):
         return logits
-    # k-th largest value per row, without a full sort of the vocabulary
+    # k-th largest value per row, without a full sort of the vocabulary; rows without top-k take
+    # k = 1 (cheap) and a threshold of -inf
+    ks = [row.params.top_k if on else 1 for row, on in zip(rows, active, strict=True)]
     kth = logits.topk(max(ks), dim=-1).values.gather(
         1, to_device(ks, torch.int64, logits.device)[:, None] - 1
     )
+    kth = kth.masked_fill(~to_device(active, torch.bool, logits.device)[:, None], float("-inf"))
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def _apply_top_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    ps = [row.params.top_p if not row.params.greedy else 1.0 for row in rows]
-    if all(p >= 1.0 for p in ps):
+    # a row without top-p gets an infinite threshold: its rounded cumulative mass can reach 1.0
+    # before the tail, and comparing it with p = 1.0 would cut tokens only when batched
+    ps = [row.params.top_p if row.params.top_p < 1.0 and not row.params.greedy else inf for row in rows]
+    if all(p == inf for p in ps):
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
     # drop a token when the mass before it already reaches p (the top token always stays)
     mass_before = probs.cumsum(dim=-1) - probs
     drop_sorted = mass_before >= _column(rows, ps, probs)
+    drop_sorted[:, 0] = False  # a top_p that rounds to 0 in fp32 still keeps the top token
     drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 

@@ -99,6 +99,8 @@ class Scheduler:
 
     def _make_room(self, seq: Sequence, num_new_tokens: int, out: SchedulerOutput) -> bool:
         """Preempts the newest unscheduled running sequences until `seq` fits; False if `seq` itself went."""
+        if self.block_manager.can_append(seq, num_new_tokens):
+            return True  # the common case: no set of the step's sequences (quadratic in the batch)
         scheduled = {id(s.seq) for s in out.scheduled}
         while not self.block_manager.can_append(seq, num_new_tokens):
             victim = next((s for s in reversed(self.running) if id(s) not in scheduled), seq)

@@ -10,8 +10,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 if TYPE_CHECKING:
     from rollout.engine.request import Request
 
@@ -39,7 +37,6 @@ class Sequence:
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
     kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
-    generator: torch.Generator | None = None
     finish_reason: str | None = None
     # Provenance (rollout/engine/provenance.py): spans of (output token index, weight version) for
     # the weights that sampled each token and the oldest KV each token attended to, and the oldest

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rollout import SamplingParams
 from rollout.engine.sampler import Sampler, SampleRow
 from tests.engine.op_recorder import OpRecorder
 
 VOCAB = 1000
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_rows(params: list[SamplingParams], seed: int | None = None) -> list[SampleRow]:
-    generators = [
-        None if seed is None else torch.Generator().manual_seed(seed + i) for i in range(len(params))
-    ]
-    return [SampleRow(p, g, [5, 6, 7]) for p, g in zip(params, generators, strict=True)]
+    """With `seed`, row i is sample i of a request seeded with it; without, the rows are unseeded."""
+    return [SampleRow(replace(p, seed=seed), i, [5, 6, 7]) for i, p in enumerate(params)]
 
 
 def ops_of(params: list[SamplingParams]) -> set[str]:
@@ -53,26 +58,58 @@ def test_top_k_uses_a_partial_topk_and_only_top_p_sorts() -> None:
 
 
 def test_an_all_greedy_batch_draws_no_noise() -> None:
-    assert "exponential_" not in ops_of([SamplingParams(temperature=0)] * 4)
-    assert "exponential_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
+    assert "log1p_" not in ops_of([SamplingParams(temperature=0)] * 4)
+    assert "log1p_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
 
 
-def test_one_batched_call_equals_a_call_per_row() -> None:
-    params = [
-        SamplingParams(temperature=0, logprobs=3),
-        SamplingParams(temperature=0.8, top_k=50, logprobs=0),
-        SamplingParams(temperature=1.2, top_p=0.8, logprobs=2, logprobs_mode="raw"),
-        SamplingParams(temperature=1.0, min_p=0.05),
-        SamplingParams(temperature=0.7, repetition_penalty=1.5, logprobs=1),
-    ]
-    logits = torch.randn(len(params), VOCAB, generator=torch.Generator().manual_seed(1)) * 3
-    batched = Sampler(torch.device("cpu"), seed=0)(logits, make_rows(params, seed=10))
-    rows = make_rows(params, seed=10)
-    for i, row in enumerate(rows):
+MIXED_PARAMS = [
+    SamplingParams(temperature=0, logprobs=3),
+    SamplingParams(temperature=0.8, top_k=50, logprobs=0),
+    SamplingParams(temperature=1.2, top_p=0.8, logprobs=2, logprobs_mode="raw"),
+    SamplingParams(temperature=1.0, min_p=0.05),
+    SamplingParams(temperature=0.7, repetition_penalty=1.5, logprobs=1),
+    SamplingParams(temperature=1.0, top_p=0.95, top_k=200, logprobs=4),
+]
+
+
+def assert_rows_independent(logits_seed: int) -> None:
+    """Each row's token, logprob and top logprobs are bitwise those of the row sampled alone, and
+    those of the row in a batch of another order: a row depends on nothing else in the batch."""
+    logits = torch.randn(len(MIXED_PARAMS), VOCAB, generator=torch.Generator().manual_seed(logits_seed)) * 3
+    batched = Sampler(torch.device("cpu"), seed=0)(logits, make_rows(MIXED_PARAMS, seed=10))
+    order = list(reversed(range(len(MIXED_PARAMS))))
+    shuffled_rows = [make_rows(MIXED_PARAMS, seed=10)[i] for i in order]
+    shuffled = Sampler(torch.device("cpu"), seed=0)(logits[order], shuffled_rows)
+    for i, row in enumerate(make_rows(MIXED_PARAMS, seed=10)):
         alone = Sampler(torch.device("cpu"), seed=0)(logits[i : i + 1], [row])
-        assert batched.token_ids[i] == alone.token_ids[0]
-        assert batched.logprobs[i] == alone.logprobs[0]
-        assert batched.top_logprobs[i] == alone.top_logprobs[0]
+        j = order.index(i)
+        assert batched.token_ids[i] == alone.token_ids[0] == shuffled.token_ids[j]
+        assert batched.logprobs[i] == alone.logprobs[0] == shuffled.logprobs[j]
+        assert batched.top_logprobs[i] == alone.top_logprobs[0] == shuffled.top_logprobs[j]
+
+
+@pytest.mark.parametrize("logits_seed", [1, 2, 3])
+def test_one_batched_call_equals_a_call_per_row(logits_seed: int) -> None:
+    assert_rows_independent(logits_seed)
+
+
+def test_rows_are_independent_with_the_baseline_cpu_kernels_and_two_threads() -> None:
+    """ATen picks its vector kernels by CPU (AVX-512, AVX2, or the baseline these force); the promise
+    holds whichever runs, with the ops split over two threads."""
+    code = "import torch; torch.set_num_threads(2); from tests.engine.test_sampler import assert_rows_independent as a; [a(s) for s in (1, 2, 3)]"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, check=True, timeout=120)
+
+
+def test_a_row_without_top_p_keeps_its_whole_support_beside_a_top_p_row() -> None:
+    """The top token's rounded mass is 1.0 here, so a cumulative-mass cut at p = 1.0 would drop the
+    tail: a row without top-p must not get the cut because another row asked for it."""
+    logits = torch.full((2, VOCAB), -20.0)
+    logits[:, 0] = 10.0
+    rows = make_rows([SamplingParams(temperature=1.0, logprobs=VOCAB), SamplingParams(top_p=0.5)], seed=0)
+    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    tail = [v for t, v in out.top_logprobs[0].items() if t != 0]
+    assert len(tail) == VOCAB - 1 and all(-31 < v < -29 for v in tail)
 
 
 @pytest.mark.gpu
@@ -81,7 +118,7 @@ def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
         device = torch.device("cuda")
         logits = torch.randn(batch, VOCAB, device=device)
         params = [SamplingParams(temperature=0.8, top_k=20, logprobs=2)] * batch
-        rows = [SampleRow(p, None, [5]) for p in params]
+        rows = [SampleRow(p, 0, [5]) for p in params]
         sampler = Sampler(device, seed=0)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
@@ -94,3 +131,23 @@ def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
         return len(caught)
 
     assert syncs(64) == syncs(1)
+
+
+def test_rows_without_top_k_do_not_widen_the_partial_topk() -> None:
+    """Beside a top-k row, a row without top-k costs k = 1, not a sort of the whole vocabulary."""
+
+    class TopkSizes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ks: list[int] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "topk":
+                self.ks.append(args[1])
+            return func(*args, **(kwargs or {}))
+
+    logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(0))
+    rows = make_rows([SamplingParams(top_k=20), SamplingParams(temperature=0.9)])
+    with TopkSizes() as recorder:
+        Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    assert recorder.ks == [20]

@@ -1,0 +1,115 @@
+"""One workload, every system, in one run: rollout, the transformers baselines and the matmul floor.
+
+Shared by `rollout bench` and benchmarks/bench_engine.py, so both print the same table.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from transformers import PreTrainedModel
+
+from rollout.bench import systems, workloads
+from rollout.bench.floor import linear_seconds
+from rollout.bench.workloads import Workload
+
+# name -> (what it is, as printed; how to build it); the order is the table's
+BASELINES: dict[str, tuple[str, Callable[[PreTrainedModel, Workload], systems.System]]] = {
+    "generate_static": ("transformers generate, all rows at once (left padding)", systems.static_generate),
+    "generate": ("transformers generate, one call per prompt", systems.generate),
+    "generate_batch": ("transformers generate_batch (sdpa)", partial(systems.generate_batch, attn="sdpa")),
+    "generate_batch_eager": (
+        "transformers generate_batch (paged|eager)",
+        partial(systems.generate_batch, attn="paged|eager"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Report:
+    workload: Workload
+    results: dict[str, systems.Result]
+    floor_seconds: float  # rollout's linear layers, median over the timed runs
+
+    def to_json(self) -> dict:
+        return {
+            "description": self.workload.description,
+            "results": {
+                k: {"seconds": v.seconds, "tokens": v.tokens, "tokens_per_s": v.tokens_per_s}
+                for k, v in self.results.items()
+            },
+            "matmul_floor_seconds": self.floor_seconds,
+        }
+
+
+def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str, repeats: int) -> Report:
+    """Measures rollout (and its matmul floor, in the same runs) and each baseline on its own copy."""
+    model = copy.deepcopy(base)
+    runs = {"rollout": systems.rollout_engine(model, work, device)}
+    for name in (b for b in BASELINES if b in baselines):
+        runs[name] = BASELINES[name][1](copy.deepcopy(base), work)
+    print(work.description, flush=True)
+    print(f"  {'system':58s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>9s}  rollout is", flush=True)
+    runs["rollout"], floors = _with_floor(model, runs["rollout"])
+    results: dict[str, systems.Result] = {}
+    for name, system in runs.items():
+        results[name] = result = systems.measure(system, repeats)
+        ratio = "" if name == "rollout" else f"{results['rollout'].tokens_per_s / result.tokens_per_s:.2f}x"
+        label = "rollout LLM.generate" if name == "rollout" else BASELINES[name][0]
+        print(
+            f"  {label:58s} {result.tokens:7d} {result.seconds:8.2f} {result.tokens_per_s:9.1f}  {ratio}",
+            flush=True,
+        )
+    floor = statistics.median(floors[1:])  # the timed runs, not the warm-up
+    wall = results["rollout"].seconds
+    print(
+        f"  {'matmul floor (the same runs, rollout linear layers alone)':58s} {'':7s} {floor:8.2f} {'':9s}  "
+        f"rollout wall = {wall / floor:.2f}x the floor",
+        flush=True,
+    )
+    return Report(work, results, floor)
+
+
+def _with_floor(model: PreTrainedModel, system: systems.System) -> tuple[systems.System, list[float]]:
+    """`system`, timing the model's linear layers during each run: wall and floor under the same load."""
+    floors: list[float] = []
+
+    def run() -> int:
+        tokens = 0
+
+        def inner() -> None:
+            nonlocal tokens
+            tokens = system()
+
+        floors.append(linear_seconds(model, inner))
+        return tokens
+
+    return run, floors
+
+
+def run_workloads(
+    base: PreTrainedModel,
+    prompts: list[list[int]],
+    n: int,
+    new: int,
+    names: list[str],
+    baselines: list[str],
+    device: str,
+    repeats: int,
+) -> dict[str, Report]:
+    """The "fixed" and/or "variable" workload over the same prompts; the variable one on a copy of
+    the model whose EOS logit is biased so lengths spread."""
+    reports = {}
+    for name in names:
+        model, eos = base, None
+        if name == "variable":
+            model, eos = copy.deepcopy(base), workloads.model_eos_token_id(base)
+            bias = workloads.spread_lengths(model, prompts, new)
+            print(f"(variable lengths: EOS logit biased by {bias:+.2f})", flush=True)
+        work = workloads.Workload(name, prompts, n, new, eos)
+        reports[name] = run(model, work, baselines, device, repeats)
+    return reports

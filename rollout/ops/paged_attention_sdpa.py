@@ -1,0 +1,166 @@
+"""CPU paged attention built for speed: per layer, one block gather and one fused SDPA call per group.
+
+The torch reference (paged_attention_ref.py) tiles an online softmax and rebuilds its index tensors
+in every layer; here everything that depends only on the batch layout (which rows, which blocks,
+the causal / length / sliding-window masks) is planned once per step, keyed by the metadata object
+every layer shares, and each layer then gathers its blocks with one `index_select` per K and V and
+runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's group
+of query heads rides in the query-length dimension. Decode rows form one group, prefill chunks
+another (padded to their longest), so a mixed step makes two SDPA calls per layer.
+
+Features this path does not implement (softcapping, and any keyword a newer bridge passes with a
+value) are delegated to the reference, so they keep working, exactly, only slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from rollout.ops import paged_attention_ref
+from rollout.ops.attention_metadata import AttentionMetadata
+
+write_kv_cache = paged_attention_ref.write_kv_cache
+
+
+@dataclass(slots=True)
+class _Group:
+    """Sequences attended together: S of them, queries padded to `max_q`, keys to `num_keys`."""
+
+    rows: torch.Tensor  # [S * max_q] index of each (seq, j) query in the packed batch (padding repeats)
+    valid: torch.Tensor | None  # [S * max_q] bool, which of `rows` are real queries; None if all are
+    blocks: torch.Tensor  # [S * blocks_per_seq] int64 block ids, row-major per sequence
+    q_pos: torch.Tensor  # [S, 1, max_q, 1] position of each query
+    seq_lens: torch.Tensor  # [S, 1, 1, 1]
+    num_seqs: int
+    max_q: int
+    num_keys: int
+    masks: dict[int | None, torch.Tensor] = field(default_factory=dict)  # by sliding window
+
+    def mask(self, sliding_window: int | None) -> torch.Tensor:  # [S, 1, max_q, num_keys] bool
+        if sliding_window not in self.masks:
+            k_pos = torch.arange(self.num_keys, device=self.q_pos.device)
+            mask = (k_pos <= self.q_pos) & (k_pos < self.seq_lens)
+            if sliding_window is not None:
+                mask &= k_pos > self.q_pos - sliding_window
+            self.masks[sliding_window] = mask
+        return self.masks[sliding_window]
+
+
+class SdpaPagedAttention:
+    """The CPU backend's `paged_attention`: remembers the plan of the batch it last saw."""
+
+    def __init__(self) -> None:
+        self._planned_for: AttentionMetadata | None = None
+        self._groups: list[_Group] = []
+        self._in_order = False  # one decode group whose rows are the packed batch, in order
+        # Gather destinations reused by every layer: a fresh multi-MB tensor per layer costs page
+        # faults that take longer than the copy itself.
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def __call__(
+        self,
+        query: torch.Tensor,  # [T, num_heads, head_dim]
+        key_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        value_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
+        **features: object,
+    ) -> torch.Tensor:  # [T, num_heads, head_dim]
+        if softcap is not None or any(value is not None for value in features.values()):
+            return paged_attention_ref.paged_attention(
+                query, key_cache, value_cache, meta, scale, sliding_window, softcap, **features
+            )
+        if meta is not self._planned_for:
+            self._plan(meta, key_cache.shape[1], query.device)
+        if self._in_order:
+            group = self._groups[0]
+            return _attend(query, key_cache, value_cache, group, scale, sliding_window, self._buffer)
+        out = torch.empty_like(query)
+        for group in self._groups:
+            o = _attend(query[group.rows], key_cache, value_cache, group, scale, sliding_window, self._buffer)
+            if group.valid is None:
+                out[group.rows] = o
+            else:
+                out[group.rows[group.valid]] = o[group.valid]
+        return out
+
+    def _buffer(self, name: str, like: torch.Tensor, numel: int) -> torch.Tensor:
+        key = (name, like.dtype, like.device)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < numel:
+            buffer = self._buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return buffer[:numel]
+
+    def _plan(self, meta: AttentionMetadata, block_size: int, device: torch.device) -> None:
+        decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
+        other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
+        self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
+        self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
+        self._planned_for = meta
+
+
+def _plan_group(meta: AttentionMetadata, seqs: list[int], block_size: int, device: torch.device) -> _Group:
+    """Host lists give only shapes (the host lengths may be an upper bound); positions come from the
+    device-side seq_lens, as in the reference."""
+    starts = [0]
+    for q_len in meta.query_lens_cpu[:-1]:
+        starts.append(starts[-1] + q_len)
+    q_lens = [meta.query_lens_cpu[s] for s in seqs]
+    max_q = max(q_lens)
+    blocks_per_seq = (max(meta.seq_lens_cpu[s] for s in seqs) + block_size - 1) // block_size
+    rows = [
+        starts[s] + min(j, q_len - 1) for s, q_len in zip(seqs, q_lens, strict=True) for j in range(max_q)
+    ]
+    valid = [j < q_len for q_len in q_lens for j in range(max_q)]
+    seq_idx = torch.tensor(seqs, device=device)
+    seq_lens = meta.seq_lens[seq_idx].long().view(len(seqs), 1, 1, 1)
+    first_q = seq_lens - torch.tensor(q_lens, device=device).view(len(seqs), 1, 1, 1)
+    return _Group(
+        rows=torch.tensor(rows, device=device),
+        valid=None if all(valid) else torch.tensor(valid, device=device),
+        blocks=meta.block_tables[seq_idx, :blocks_per_seq].reshape(-1).long(),
+        q_pos=first_q + torch.arange(max_q, device=device).view(1, 1, max_q, 1),
+        seq_lens=seq_lens,
+        num_seqs=len(seqs),
+        max_q=max_q,
+        num_keys=blocks_per_seq * block_size,
+    )
+
+
+def _attend(
+    query: torch.Tensor,  # [S * max_q, H, D], the group's rows in order
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    group: _Group,
+    scale: float,
+    sliding_window: int | None,
+    buffer: Callable[[str, torch.Tensor, int], torch.Tensor],
+) -> torch.Tensor:  # [S * max_q, H, D]
+    num_heads, head_dim = query.shape[1:]
+    num_kv_heads = key_cache.shape[2]
+    size, s, q_len = num_heads // num_kv_heads, group.num_seqs, group.max_q
+    k = _gather(key_cache, group, buffer("k", key_cache, group.blocks.numel() * key_cache[0].numel()))
+    v = _gather(value_cache, group, buffer("v", value_cache, group.blocks.numel() * value_cache[0].numel()))
+    # q: [S, Hkv, G * max_q, D], rows ordered (head in group, query); the mask repeats per head
+    q = query.view(s, q_len, num_kv_heads, size, head_dim).permute(0, 2, 3, 1, 4)
+    q = q.reshape(s, num_kv_heads, size * q_len, head_dim).to(k.dtype)
+    mask = group.mask(sliding_window)
+    if q_len > 1:
+        mask = mask[:, :, None].expand(s, 1, size, q_len, group.num_keys).reshape(s, 1, size * q_len, -1)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    o = o.view(s, num_kv_heads, size, q_len, head_dim).permute(0, 3, 1, 2, 4)
+    return o.reshape(s * q_len, num_heads, head_dim).to(query.dtype)
+
+
+def _gather(cache: torch.Tensor, group: _Group, out: torch.Tensor) -> torch.Tensor:
+    """[S, Hkv, L, D]: a view of the group's blocks copied, in order, into `out`."""
+    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+    flat = out.view(group.blocks.numel(), -1)
+    torch.index_select(cache.view(num_blocks, -1), 0, group.blocks, out=flat)
+    return flat.view(group.num_seqs, group.num_keys, num_kv_heads, head_dim).transpose(1, 2)
