@@ -11,13 +11,15 @@ from tests.builders import random_prompts, tiny_llm, tiny_model
 from tests.engine.in_flight_builders import output_len, step_until
 
 PARAMS = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logprobs=0, n=2)
+# Seeded noise is a function of (seed, sample index, position) (sampling_noise.py): resume is exact too.
+SEEDED = SamplingParams(temperature=1.0, top_k=20, seed=7, max_tokens=20, ignore_eos=True, logprobs=0, n=2)
 
 
-def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None = None):
+def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None = None, params=PARAMS):
     """Runs `prompt` until it has `num_tokens` tokens, aborts it (or updates with `in_flight`="abort"),
     and returns its RequestOutput of partial samples."""
     engine = llm.engine
-    engine.add_request("r", prompt, PARAMS)
+    engine.add_request("r", prompt, params)
     step_until(engine, {}, lambda: output_len(engine, "r") == num_tokens)
     if in_flight is None:
         engine.abort_request("r")
@@ -28,13 +30,14 @@ def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None
     return out
 
 
-def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run() -> None:
+@pytest.mark.parametrize("params", [PARAMS, SEEDED], ids=["greedy", "seeded"])
+def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run(params) -> None:
     prompt = random_prompts(1, 20, 20, seed=1)[0]
     llm = tiny_llm(seed=0, block_size=16)
-    (whole,) = llm.generate([prompt], PARAMS)
-    partial = aborted_after(llm, prompt, 14)
+    (whole,) = llm.generate([prompt], params)
+    partial = aborted_after(llm, prompt, 14, params=params)
     hits = llm.stats()["num_prefix_hit_tokens"]
-    (resumed,) = llm.resume_aborted([partial], PARAMS)
+    (resumed,) = llm.resume_aborted([partial], params)
     for got, want in zip(resumed.outputs, whole.outputs, strict=True):
         assert (got.index, got.token_ids, got.finish_reason) == (want.index, want.token_ids, "length")
         torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
