@@ -2,13 +2,16 @@
 
 The engine registers `paged_attention_forward` under ATTN_IMPLEMENTATION and switches the model to
 it, so unmodified Hugging Face model code runs over the paged cache: the model computes q/k/v (with
-its own RoPE, norms and biases) and hands them here with the `rollout_context` keyword the runner
-passes to `model(...)`. No attention mask is built: the metadata says who attends to what.
+its own RoPE, norms and biases) and hands them here. The runner sets the step's `ForwardContext` in
+a context variable around `model(...)` (`forward_context`), so models whose layers drop `**kwargs`
+work too. No attention mask is built: the metadata says who attends to what.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +39,19 @@ class ForwardContext:
     backend: AttentionBackend
 
 
+_CURRENT: ContextVar[ForwardContext | None] = ContextVar("rollout_forward_context", default=None)
+
+
+@contextlib.contextmanager
+def forward_context(context: ForwardContext) -> Iterator[None]:
+    """Makes `context` the one every paged-attention call reads until the block exits."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,  # [1, num_heads, T, head_dim]
@@ -44,11 +60,11 @@ def paged_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    rollout_context: ForwardContext | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
+    rollout_context = _CURRENT.get()
     if rollout_context is None:
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
     key_cache, value_cache = rollout_context.kv_caches[module.layer_idx]
