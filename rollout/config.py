@@ -23,6 +23,8 @@ class EngineConfig:
     attention_backend: str = "auto"  # "auto" | "torch" | "triton"
     enforce_eager: bool = False  # CUDA only: False captures CUDA graphs for decode steps
     seed: int = 0
+    # At load, compare the engine's forward with the model's own on a few random sequences; refuse on a mismatch.
+    self_check: bool = True
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)

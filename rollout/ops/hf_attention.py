@@ -52,6 +52,46 @@ def forward_context(context: ForwardContext) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionCall:
+    """What one attention call handed the engine, as seen by `probe_calls`."""
+
+    layer_idx: int | None
+    query_shape: tuple[int, ...]  # [1, num_heads, T, head_dim]
+    key_shape: tuple[int, ...]
+    value_shape: tuple[int, ...]
+    kwargs: frozenset[str]  # keyword arguments that carried a value (not None)
+
+
+_PROBE: ContextVar[list[AttentionCall] | None] = ContextVar("rollout_attention_probe", default=None)
+
+
+@contextlib.contextmanager
+def probe_calls() -> Iterator[list[AttentionCall]]:
+    """Inside the block, attention calls are recorded (and answer zeros) instead of touching a cache."""
+    calls: list[AttentionCall] = []
+    token = _PROBE.set(calls)
+    try:
+        yield calls
+    finally:
+        _PROBE.reset(token)
+
+
+def _record(
+    calls: list[AttentionCall],
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kwargs: dict[str, object],
+) -> torch.Tensor:
+    given = frozenset(name for name, arg in kwargs.items() if arg is not None)
+    layer_idx = getattr(module, "layer_idx", None)
+    calls.append(AttentionCall(layer_idx, tuple(query.shape), tuple(key.shape), tuple(value.shape), given))
+    batch, num_heads, tokens = query.shape[:3]
+    return query.new_zeros(batch, tokens, num_heads, value.shape[-1])
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,  # [1, num_heads, T, head_dim]
@@ -62,8 +102,19 @@ def paged_attention_forward(
     dropout: float = 0.0,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,  # gpt-oss attention sinks: one logit per query head
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
+    calls = _PROBE.get()
+    if calls is not None:
+        extra = {
+            "sliding_window": sliding_window,
+            "softcap": softcap,
+            "s_aux": s_aux,
+            "dropout": dropout or None,
+        }
+        extra.update(kwargs)
+        return _record(calls, module, query, key, value, extra), None
     rollout_context = _CURRENT.get()
     if rollout_context is None:
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
@@ -74,8 +125,9 @@ def paged_attention_forward(
     backend = rollout_context.backend
     backend.write_kv_cache(k, v, key_cache, value_cache, rollout_context.meta.slot_mapping)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    features = {"sinks": s_aux} if s_aux is not None else {}  # only what the model uses reaches the backend
     out = backend.paged_attention(
-        q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap
+        q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap, **features
     )
     return out.unsqueeze(0), None  # [1, T, H, D], as transformers expects
 
