@@ -29,6 +29,13 @@ class KVCacheSpec:
     def num_layers(self) -> int:
         return len(self.layers)
 
+    def with_equal_head_dims(self) -> KVCacheSpec:
+        """V pools as wide as K's, for backends that read both with one head size."""
+        widest = tuple(
+            LayerKV(x.num_kv_heads, x.k_head_dim, max(x.k_head_dim, x.v_head_dim)) for x in self.layers
+        )
+        return KVCacheSpec(widest, self.dtype)
+
     def bytes_per_block(self, block_size: int) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
         per_token = sum(layer.num_kv_heads * (layer.k_head_dim + layer.v_head_dim) for layer in self.layers)

@@ -45,13 +45,13 @@ class LLMEngine:
         self.tokenizer = tokenizer
         device = self.model.device
         self.max_model_len = self._max_model_len()
-        kv_spec = model_guard.check_model(self.model, self.max_model_len)
+        backend = get_backend(self.config.attention_backend, device)
+        kv_spec = model_guard.check_model(self.model, self.max_model_len, backend)
         num_blocks = self._num_blocks(kv_spec, device)
         self.block_manager = BlockManager(
             num_blocks, self.config.block_size, self.config.enable_prefix_caching
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
-        backend = get_backend(self.config.attention_backend, device)
         self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
         if self.config.self_check:
             self_check.run_self_check(self.model, kv_spec, backend, self.config.block_size)

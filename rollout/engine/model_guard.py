@@ -13,7 +13,7 @@ from transformers import PreTrainedModel
 
 from rollout.engine.kv_cache import KVCacheSpec, LayerKV
 from rollout.ops import hf_attention
-from rollout.ops.hf_attention import AttentionCall
+from rollout.ops.hf_attention import AttentionBackend, AttentionCall
 
 # Attention keyword arguments the engine implements, and those that carry no attention semantics.
 IMPLEMENTED_KWARGS = frozenset({"sliding_window", "softcap", "s_aux"})
@@ -29,7 +29,9 @@ class UnsupportedModelError(ValueError):
     """The engine cannot run this model exactly; the message names the model type and the cause."""
 
 
-def check_model(model: PreTrainedModel, max_model_len: int) -> KVCacheSpec:
+def check_model(
+    model: PreTrainedModel, max_model_len: int, backend: AttentionBackend | None = None
+) -> KVCacheSpec:
     """Refuses what the engine cannot run exactly; returns the KV cache shape of every layer."""
     text_config = model.config.get_text_config()
     name = f"{type(model).__name__} (model_type {text_config.model_type!r})"
@@ -37,7 +39,8 @@ def check_model(model: PreTrainedModel, max_model_len: int) -> KVCacheSpec:
     _check_chunked_attention(model, text_config, max_model_len, name)
     calls = _probe(model, name)
     _check_calls(calls, text_config.num_hidden_layers, name)
-    return KVCacheSpec(tuple(_layer_kv(call) for call in calls), model.dtype)
+    spec = KVCacheSpec(tuple(_layer_kv(call) for call in calls), model.dtype)
+    return spec.with_equal_head_dims() if backend is not None and backend.equal_kv_head_dims else spec
 
 
 def _probe(model: PreTrainedModel, name: str) -> list[AttentionCall]:

@@ -28,6 +28,8 @@ class AttentionBackend:
     paged_attention: Callable[..., torch.Tensor]
     # Safe inside a CUDA graph capture: no host syncs, and no launch shapes taken from tensor values.
     supports_cuda_graphs: bool = False
+    # Reads K and V with one head size: a narrower V (MLA) is cached zero-padded to K's width.
+    equal_kv_head_dims: bool = False
 
 
 @dataclass(slots=True)
@@ -122,6 +124,9 @@ def paged_attention_forward(
     q = query[0].transpose(0, 1)  # [T, H, D]
     k = key[0].transpose(0, 1)
     v = value[0].transpose(0, 1)
+    v_head_dim = v.shape[-1]
+    if v_head_dim < value_cache.shape[-1]:  # zero columns of V give zero output columns, sliced off below
+        v = torch.nn.functional.pad(v, (0, value_cache.shape[-1] - v_head_dim))
     backend = rollout_context.backend
     backend.write_kv_cache(k, v, key_cache, value_cache, rollout_context.meta.slot_mapping)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
@@ -129,7 +134,7 @@ def paged_attention_forward(
     out = backend.paged_attention(
         q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap, **features
     )
-    return out.unsqueeze(0), None  # [1, T, H, D], as transformers expects
+    return out[..., :v_head_dim].unsqueeze(0), None  # [1, T, H, Dv], as transformers expects
 
 
 def register() -> None:

@@ -83,3 +83,15 @@ def test_self_check_runs_by_default_and_a_flag_turns_it_off() -> None:
 
 def _family(model_type: str) -> Family:
     return next(f for f in SUPPORTED if f.model_type == model_type)
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "minicpm3"])
+def test_mla_runs_with_value_padded_to_key_width(model_type: str) -> None:
+    """Backends that read K and V with one head size (Triton) get V zero-padded; the result is unchanged."""
+    model = LLM(model=build(_family(model_type)), config=EngineConfig(**CONFIG)).engine.model
+    backend = AttentionBackend(
+        paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention, equal_kv_head_dims=True
+    )
+    spec = model_guard.check_model(model, 64, backend)
+    assert all(layer.v_head_dim == layer.k_head_dim > 12 for layer in spec.layers)
+    assert run_self_check(model, spec, backend, block_size=4) <= 1e-3
