@@ -55,7 +55,21 @@ SUPPORTED: tuple[Family, ...] = (
     Family("llama", _cfg(tf.LlamaConfig), "grouped-query attention"),
     Family("qwen2", _cfg(tf.Qwen2Config), "q/k/v biases"),
     Family("qwen3", _cfg(tf.Qwen3Config, head_dim=16), "q/k norms"),
-    Family("mistral", _cfg(tf.MistralConfig, sliding_window=None), ""),
+    Family("mistral", _cfg(tf.MistralConfig, sliding_window=None), "Llama-like"),
+    Family("mixtral", _cfg(tf.MixtralConfig, num_local_experts=4, sliding_window=None), "mixture of experts"),
+    Family(
+        "qwen2_moe",
+        _cfg(tf.Qwen2MoeConfig, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=32),
+        "shared expert",
+    ),
+    Family("phi3", _cfg(tf.Phi3Config), "fused qkv projection"),
+    Family(
+        "gpt2",
+        lambda: tf.GPT2Config(
+            vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2
+        ),
+        "learned positions, Conv1D",
+    ),
     Family("gemma2", _cfg(tf.Gemma2Config, head_dim=16, sliding_window=8), "sliding window, softcap"),
     Family("gemma3_text", _cfg(tf.Gemma3TextConfig, head_dim=16, sliding_window=8), "sliding window"),
     Family("stablelm", _cfg(tf.StableLmConfig), "layers that drop **kwargs"),
@@ -103,11 +117,23 @@ SUPPORTED: tuple[Family, ...] = (
 )
 
 REFUSED: tuple[Family, ...] = (
-    Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times"),
-    Family("falcon_h1", _cfg(tf.FalconH1Config), "keep state"),
-    Family("falcon", _cfg(tf.FalconConfig, new_decoder_architecture=True), "attention interface"),
-    Family("deepseek_v32", _cfg(tf.DeepseekV32Config, **{**_MLA, "q_lora_rank": 16}), "dense attention mask"),
-    Family("llama4_text", _cfg(tf.Llama4TextConfig, head_dim=16, attention_chunk_size=8), "chunked"),
+    Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
+    Family("falcon_h1", _cfg(tf.FalconH1Config), "layers that keep state between steps"),
+    Family(
+        "falcon",
+        _cfg(tf.FalconConfig, new_decoder_architecture=True),
+        "does not support transformers' attention interface",
+    ),
+    Family(
+        "deepseek_v32",
+        _cfg(tf.DeepseekV32Config, **{**_MLA, "q_lora_rank": 16}),
+        "fails in a forward without a dense attention mask",
+    ),
+    Family(
+        "llama4_text",
+        _cfg(tf.Llama4TextConfig, head_dim=16, attention_chunk_size=8),
+        "chunked local attention",
+    ),
 )
 
 
