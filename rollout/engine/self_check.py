@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches
+from rollout.engine.kv_cache import KVCacheSpec, LayerKV, allocate_kv_caches
 from rollout.engine.model_guard import UnsupportedModelError
+from rollout.engine.model_runner import ModelRunner
 from rollout.ops import hf_attention
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.hf_attention import AttentionBackend, ForwardContext
@@ -47,6 +48,13 @@ def run_self_check(
             "the engine cannot run this model exactly"
         )
     return err
+
+
+def check_runner(runner: ModelRunner) -> float:
+    """The self-check for a live engine (e.g. after a weight update): its model, backend and cache shapes."""
+    layers = tuple(LayerKV(k.shape[2], k.shape[3], v.shape[3]) for k, v in runner.kv_caches)
+    spec = KVCacheSpec(layers, runner.kv_caches[0][0].dtype)
+    return run_self_check(runner.model, spec, runner.backend, runner.block_size)
 
 
 def _chunks(length: int) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ import torch
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine import model_guard
 from rollout.engine.model_guard import UnsupportedModelError
-from rollout.engine.self_check import run_self_check
+from rollout.engine.self_check import check_runner, run_self_check
 from rollout.ops import paged_attention_ref
 from rollout.ops.hf_attention import AttentionBackend
 from tests.models.zoo import REFUSED, SUPPORTED, Family, build
@@ -95,3 +95,21 @@ def test_mla_runs_with_value_padded_to_key_width(model_type: str) -> None:
     spec = model_guard.check_model(model, 64, backend)
     assert all(layer.v_head_dim == layer.k_head_dim > 12 for layer in spec.layers)
     assert run_self_check(model, spec, backend, block_size=4) <= 1e-3
+
+
+def test_self_check_reruns_on_a_live_engine_after_a_weight_update() -> None:
+    """check_runner re-checks the serving engine; new weights that break exactness are caught."""
+    llm = LLM(model=build(_family("gpt_oss")), config=EngineConfig(**CONFIG))
+    runner = llm.engine.runner
+    with torch.no_grad():
+        for name, param in runner.model.named_parameters():
+            if name.endswith("sinks"):
+                param.copy_(torch.randn_like(param) * 4)
+    assert check_runner(runner) <= 1e-3
+    runner.backend = AttentionBackend(paged_attention_ref.write_kv_cache, _drop_sinks)
+    with pytest.raises(UnsupportedModelError, match="gpt_oss"):
+        check_runner(runner)
+
+
+def _drop_sinks(*args: object, sinks: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
+    return paged_attention_ref.paged_attention(*args, **kwargs)
