@@ -54,7 +54,9 @@ class LLMEngine:
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
         if self.config.self_check:
-            self_check.run_self_check(self.model, kv_spec, backend, self.config.block_size)
+            self_check.run_self_check(
+                self.model, kv_spec, backend, self.config.block_size, self.max_model_len
+            )
         if use_cuda_graphs(self.config, device, backend):
             self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.sampler = Sampler(device, self.config.seed)

@@ -23,12 +23,18 @@ TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
 
 def run_self_check(
-    model: PreTrainedModel, spec: KVCacheSpec, backend: AttentionBackend, block_size: int, seed: int = 0
+    model: PreTrainedModel,
+    spec: KVCacheSpec,
+    backend: AttentionBackend,
+    block_size: int,
+    max_model_len: int | None = None,
+    seed: int = 0,
 ) -> float:
     """Returns the measured relative difference; raises UnsupportedModelError beyond TOLERANCE."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
-    lengths = (2 * block_size + 3, block_size + 2)
+    limit = max(2, max_model_len or 2 * block_size + 3)  # never past the context the engine will serve
+    lengths = (min(2 * block_size + 3, limit), min(block_size + 2, limit))
     generator = torch.Generator().manual_seed(seed)
     seqs = [torch.randint(0, vocab, (n,), generator=generator).tolist() for n in lengths]
     name = f"{type(model).__name__} (model_type {model.config.get_text_config().model_type!r})"
@@ -50,11 +56,11 @@ def run_self_check(
     return err
 
 
-def check_runner(runner: ModelRunner) -> float:
+def check_runner(runner: ModelRunner, max_model_len: int | None = None) -> float:
     """The self-check for a live engine (e.g. after a weight update): its model, backend and cache shapes."""
     layers = tuple(LayerKV(k.shape[2], k.shape[3], v.shape[3]) for k, v in runner.kv_caches)
     spec = KVCacheSpec(layers, runner.kv_caches[0][0].dtype)
-    return run_self_check(runner.model, spec, runner.backend, runner.block_size)
+    return run_self_check(runner.model, spec, runner.backend, runner.block_size, max_model_len)
 
 
 def _chunks(length: int) -> list[tuple[int, int]]:

@@ -23,6 +23,15 @@ NEW_TOKENS = 6
 CONFIG = dict(num_blocks=32, block_size=4, max_num_batched_tokens=5, max_model_len=64)
 
 
+def greedy_generate(model: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
+    """transformers' greedy `generate` for exactly `new_tokens` tokens, EOS an ordinary token (ignore_eos)."""
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False)
+    assert out.shape[1] == len(prompt) + new_tokens
+    return out[0, len(prompt) :].tolist()
+
+
 def _ids(families: tuple[Family, ...]) -> list[str]:
     return [f.model_type for f in families]
 
@@ -31,10 +40,7 @@ def _ids(families: tuple[Family, ...]) -> list[str]:
 def test_supported_family_matches_transformers(family: Family) -> None:
     reference = build(family)
     llm = LLM(model=build(family), config=EngineConfig(**CONFIG))
-    with torch.no_grad():
-        want = reference.generate(
-            torch.tensor([PROMPT]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
-        )[0, len(PROMPT) :].tolist()
+    want = greedy_generate(reference, PROMPT, NEW_TOKENS)
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, logprobs=0, ignore_eos=True)
     sample = llm.generate([PROMPT], params)[0].outputs[0]
     assert list(sample.token_ids) == want
@@ -113,3 +119,13 @@ def test_self_check_reruns_on_a_live_engine_after_a_weight_update() -> None:
 
 def _drop_sinks(*args: object, sinks: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
     return paged_attention_ref.paged_attention(*args, **kwargs)
+
+
+def test_llama4_within_one_attention_chunk_is_served_exactly() -> None:
+    """Refused for contexts past its chunk (above); with max_model_len <= the chunk it is plain causal."""
+    family = next(f for f in REFUSED if f.model_type == "llama4_text")
+    prompt, new = PROMPT[:5], 3
+    want = greedy_generate(build(family), prompt, new)
+    llm = LLM(model=build(family), config=EngineConfig(num_blocks=8, block_size=4, max_model_len=8))
+    params = SamplingParams(temperature=0, max_tokens=new, ignore_eos=True)
+    assert list(llm.generate([prompt], params)[0].outputs[0].token_ids) == want
