@@ -24,6 +24,13 @@ ATTN_IMPLEMENTATION = "rollout_paged"
 
 @dataclass(slots=True)
 class AttentionBackend:
+    """paged_attention(query, key_cache, value_cache, meta, scale, sliding_window, softcap, *, sinks=None).
+
+    Model features beyond the positional ones arrive as keywords only when the model uses them
+    (`sinks`: gpt-oss's per-head logits); the value cache may be narrower than the key cache (MLA)
+    unless `equal_kv_head_dims` is set.
+    """
+
     write_kv_cache: Callable[..., None]
     paged_attention: Callable[..., torch.Tensor]
     # Safe inside a CUDA graph capture: no host syncs, and no launch shapes taken from tensor values.
