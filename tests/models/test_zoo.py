@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine import model_guard
@@ -129,3 +130,15 @@ def test_llama4_within_one_attention_chunk_is_served_exactly() -> None:
     llm = LLM(model=build(family), config=EngineConfig(num_blocks=8, block_size=4, max_model_len=8))
     params = SamplingParams(temperature=0, max_tokens=new, ignore_eos=True)
     assert list(llm.generate([prompt], params)[0].outputs[0].token_ids) == want
+
+
+def test_llama4_nope_layers_with_temperature_tuning_are_refused() -> None:
+    """Real Llama 4 checkpoints skip RoPE on some layers and scale their queries by a position taken
+    from transformers' cache, which the engine does not keep: refused even within one chunk."""
+    family = next(f for f in REFUSED if f.model_type == "llama4_text")
+    config = family.make_config()
+    config.no_rope_layers = [1, 0]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with pytest.raises(UnsupportedModelError, match=r"llama4_text.*temperature tuning"):
+        LLM(model=model, config=EngineConfig(num_blocks=8, block_size=4, max_model_len=8))
