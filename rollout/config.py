@@ -25,6 +25,8 @@ class EngineConfig:
     seed: int = 0
     # Default SamplingParams.max_staleness for requests that leave it unset (None: no bound).
     max_staleness: int | None = None
+    # At load, compare the engine's forward with the model's own on a few random sequences; refuse on a mismatch.
+    self_check: bool = True
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 from rollout.config import EngineConfig
 from rollout.engine.decode_buffers import DecodeBuffers
 from rollout.engine.scheduler import SchedulerOutput
-from rollout.ops.hf_attention import AttentionBackend, ForwardContext
+from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +88,12 @@ class DecodeGraphs:
     def _forward(self, batch: int) -> None:
         """The padded forward: reads only the static buffers, writes only `self.logits` and the cache."""
         context = ForwardContext(self.kv_caches, self.buffers.metadata(batch), self.backend)
-        out = self.model(
-            input_ids=self.buffers.input_ids[None, :batch],
-            position_ids=self.buffers.positions[None, :batch],
-            use_cache=False,
-            rollout_context=context,
-        )
+        with forward_context(context):
+            out = self.model(
+                input_ids=self.buffers.input_ids[None, :batch],
+                position_ids=self.buffers.positions[None, :batch],
+                use_cache=False,
+            )
         self.logits[:batch].copy_(out.logits[0])
 
     @torch.inference_mode()

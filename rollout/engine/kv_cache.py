@@ -5,46 +5,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import PretrainedConfig
 
 from rollout.engine.host_to_device import to_device
 
 
 @dataclass(frozen=True)
-class KVCacheSpec:
-    num_layers: int
+class LayerKV:
+    """The K and V one layer's attention produces per token (V may be narrower, as in MLA)."""
+
     num_kv_heads: int
-    head_dim: int
+    k_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """Per-layer K/V shapes, measured from the tensors the layers produce (see model_guard)."""
+
+    layers: tuple[LayerKV, ...]
     dtype: torch.dtype
 
-    @classmethod
-    def from_model_config(cls, config: PretrainedConfig, dtype: torch.dtype) -> KVCacheSpec:
-        config = config.get_text_config()
-        num_heads = config.num_attention_heads
-        num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        return cls(config.num_hidden_layers, num_kv_heads, head_dim, dtype)
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def with_equal_head_dims(self) -> KVCacheSpec:
+        """V pools as wide as K's, for backends that read both with one head size."""
+        widest = tuple(
+            LayerKV(x.num_kv_heads, x.k_head_dim, max(x.k_head_dim, x.v_head_dim)) for x in self.layers
+        )
+        return KVCacheSpec(widest, self.dtype)
 
     def bytes_per_block(self, block_size: int) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * element
+        per_token = sum(layer.num_kv_heads * (layer.k_head_dim + layer.v_head_dim) for layer in self.layers)
+        return block_size * per_token * element
 
 
 def allocate_kv_caches(
     spec: KVCacheSpec, num_blocks: int, block_size: int, device: torch.device
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    # One tensor for the whole cache so a block copy across all layers is a single op.
-    pool = torch.zeros(
-        spec.num_layers,
-        2,
-        num_blocks,
-        block_size,
-        spec.num_kv_heads,
-        spec.head_dim,
-        dtype=spec.dtype,
-        device=device,
-    )
-    return [(pool[layer, 0], pool[layer, 1]) for layer in range(spec.num_layers)]
+    """Per layer a zeroed K pool [num_blocks, block_size, Hkv, Dk] and V pool [..., Hkv, Dv]."""
+
+    def pool(heads: int, head_dim: int) -> torch.Tensor:
+        return torch.zeros(num_blocks, block_size, heads, head_dim, dtype=spec.dtype, device=device)
+
+    return [
+        (pool(layer.num_kv_heads, layer.k_head_dim), pool(layer.num_kv_heads, layer.v_head_dim))
+        for layer in spec.layers
+    ]
 
 
 def copy_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], copies: list[tuple[int, int]]) -> None:

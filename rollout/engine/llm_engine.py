@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine import model_loader
+from rollout.engine import model_guard, model_loader, self_check
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
@@ -49,14 +49,18 @@ class LLMEngine:
         self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
         device = self.model.device
         self.max_model_len = self._max_model_len()
-        kv_spec = KVCacheSpec.from_model_config(self.model.config, self.model.dtype)
+        backend = get_backend(self.config.attention_backend, device)
+        kv_spec = model_guard.check_model(self.model, self.max_model_len, backend)
         num_blocks = self._num_blocks(kv_spec, device)
         self.block_manager = BlockManager(
             num_blocks, self.config.block_size, self.config.enable_prefix_caching
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
-        backend = get_backend(self.config.attention_backend, device)
         self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
+        if self.config.self_check:
+            self_check.run_self_check(
+                self.model, kv_spec, backend, self.config.block_size, self.max_model_len
+            )
         if use_cuda_graphs(self.config, device, backend):
             self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.sampler = Sampler(device, self.config.seed)

@@ -14,7 +14,7 @@ from rollout.engine.decode_buffers import DecodeBuffers
 from rollout.engine.input_batch import prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.scheduler import SchedulerOutput
-from rollout.ops.hf_attention import AttentionBackend, ForwardContext
+from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
 
 
 class ModelRunner:
@@ -56,11 +56,11 @@ class ModelRunner:
             return self.decode_graphs.run(sched)
         inputs = prepare_inputs(sched, self.block_size, self.device)
         context = ForwardContext(self.kv_caches, inputs.meta, self.backend)
-        out = self.model(
-            input_ids=inputs.input_ids,
-            position_ids=inputs.position_ids,
-            logits_to_keep=inputs.logits_indices,
-            use_cache=False,
-            rollout_context=context,
-        )
+        with forward_context(context):
+            out = self.model(
+                input_ids=inputs.input_ids,
+                position_ids=inputs.position_ids,
+                logits_to_keep=inputs.logits_indices,
+                use_cache=False,
+            )
         return out.logits[0].float()

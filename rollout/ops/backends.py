@@ -30,6 +30,9 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
         from rollout.ops import triton_attention
 
         return AttentionBackend(
-            triton_attention.write_kv_cache, triton_attention.paged_attention, supports_cuda_graphs=True
+            triton_attention.write_kv_cache,
+            triton_attention.paged_attention,
+            supports_cuda_graphs=True,
+            equal_kv_head_dims=True,
         )
     raise ValueError(f"attention_backend must be auto, sdpa, torch or triton, got {name!r}")

@@ -2,13 +2,16 @@
 
 The engine registers `paged_attention_forward` under ATTN_IMPLEMENTATION and switches the model to
 it, so unmodified Hugging Face model code runs over the paged cache: the model computes q/k/v (with
-its own RoPE, norms and biases) and hands them here with the `rollout_context` keyword the runner
-passes to `model(...)`. No attention mask is built: the metadata says who attends to what.
+its own RoPE, norms and biases) and hands them here. The runner sets the step's `ForwardContext` in
+a context variable around `model(...)` (`forward_context`), so models whose layers drop `**kwargs`
+work too. No attention mask is built: the metadata says who attends to what.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -21,10 +24,19 @@ ATTN_IMPLEMENTATION = "rollout_paged"
 
 @dataclass(slots=True)
 class AttentionBackend:
+    """paged_attention(query, key_cache, value_cache, meta, scale, sliding_window, softcap, *, sinks=None).
+
+    Model features beyond the positional ones arrive as keywords only when the model uses them
+    (`sinks`: gpt-oss's per-head logits); the value cache may be narrower than the key cache (MLA)
+    unless `equal_kv_head_dims` is set.
+    """
+
     write_kv_cache: Callable[..., None]
     paged_attention: Callable[..., torch.Tensor]
     # Safe inside a CUDA graph capture: no host syncs, and no launch shapes taken from tensor values.
     supports_cuda_graphs: bool = False
+    # Reads K and V with one head size: a narrower V (MLA) is cached zero-padded to K's width.
+    equal_kv_head_dims: bool = False
 
 
 @dataclass(slots=True)
@@ -36,6 +48,59 @@ class ForwardContext:
     backend: AttentionBackend
 
 
+_CURRENT: ContextVar[ForwardContext | None] = ContextVar("rollout_forward_context", default=None)
+
+
+@contextlib.contextmanager
+def forward_context(context: ForwardContext) -> Iterator[None]:
+    """Makes `context` the one every paged-attention call reads until the block exits."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionCall:
+    """What one attention call handed the engine, as seen by `probe_calls`."""
+
+    layer_idx: int | None
+    query_shape: tuple[int, ...]  # [1, num_heads, T, head_dim]
+    key_shape: tuple[int, ...]
+    value_shape: tuple[int, ...]
+    kwargs: frozenset[str]  # keyword arguments that carried a value (not None)
+
+
+_PROBE: ContextVar[list[AttentionCall] | None] = ContextVar("rollout_attention_probe", default=None)
+
+
+@contextlib.contextmanager
+def probe_calls() -> Iterator[list[AttentionCall]]:
+    """Inside the block, attention calls are recorded (and answer zeros) instead of touching a cache."""
+    calls: list[AttentionCall] = []
+    token = _PROBE.set(calls)
+    try:
+        yield calls
+    finally:
+        _PROBE.reset(token)
+
+
+def _record(
+    calls: list[AttentionCall],
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kwargs: dict[str, object],
+) -> torch.Tensor:
+    given = frozenset(name for name, arg in kwargs.items() if arg is not None)
+    layer_idx = getattr(module, "layer_idx", None)
+    calls.append(AttentionCall(layer_idx, tuple(query.shape), tuple(key.shape), tuple(value.shape), given))
+    batch, num_heads, tokens = query.shape[:3]
+    return query.new_zeros(batch, tokens, num_heads, value.shape[-1])
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,  # [1, num_heads, T, head_dim]
@@ -44,24 +109,39 @@ def paged_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    rollout_context: ForwardContext | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,  # gpt-oss attention sinks: one logit per query head
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
+    calls = _PROBE.get()
+    if calls is not None:
+        extra = {
+            "sliding_window": sliding_window,
+            "softcap": softcap,
+            "s_aux": s_aux,
+            "dropout": dropout or None,
+        }
+        extra.update(kwargs)
+        return _record(calls, module, query, key, value, extra), None
+    rollout_context = _CURRENT.get()
     if rollout_context is None:
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
     key_cache, value_cache = rollout_context.kv_caches[module.layer_idx]
     q = query[0].transpose(0, 1)  # [T, H, D]
     k = key[0].transpose(0, 1)
     v = value[0].transpose(0, 1)
+    v_head_dim = v.shape[-1]
+    if v_head_dim < value_cache.shape[-1]:  # zero columns of V give zero output columns, sliced off below
+        v = torch.nn.functional.pad(v, (0, value_cache.shape[-1] - v_head_dim))
     backend = rollout_context.backend
     backend.write_kv_cache(k, v, key_cache, value_cache, rollout_context.meta.slot_mapping)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    features = {"sinks": s_aux} if s_aux is not None else {}  # only what the model uses reaches the backend
     out = backend.paged_attention(
-        q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap
+        q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap, **features
     )
-    return out.unsqueeze(0), None  # [1, T, H, D], as transformers expects
+    return out[..., :v_head_dim].unsqueeze(0), None  # [1, T, H, Dv], as transformers expects
 
 
 def register() -> None:

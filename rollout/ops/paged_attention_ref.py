@@ -27,9 +27,8 @@ def write_kv_cache(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T] int64
 ) -> None:
-    num_kv_heads, head_dim = key_cache.shape[-2:]
-    key_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
-    value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
+    key_cache.view(-1, *key_cache.shape[-2:]).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
+    value_cache.view(-1, *value_cache.shape[-2:]).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
 
 
 def paged_attention(
@@ -41,15 +40,30 @@ def paged_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     tile_blocks: int = DEFAULT_TILE_BLOCKS,
-) -> torch.Tensor:  # [T, num_heads, head_dim]
-    """Causal attention of each sequence's new tokens over its paged context."""
-    out = torch.empty_like(query)
+    *,
+    sinks: torch.Tensor | None = None,  # [num_heads]: a per-head logit in every softmax (gpt-oss)
+) -> torch.Tensor:  # [T, num_heads, v_head_dim]
+    """Causal attention of each sequence's new tokens over its paged context.
+
+    The value cache may be narrower than the key cache (MLA): the output takes V's head size.
+    """
+    out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
     decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
     other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
     for group in (decode, other):
         if group:
             _attend_group(
-                query, key_cache, value_cache, meta, group, out, scale, sliding_window, softcap, tile_blocks
+                query,
+                key_cache,
+                value_cache,
+                meta,
+                group,
+                out,
+                scale,
+                sliding_window,
+                softcap,
+                tile_blocks,
+                sinks,
             )
     return out
 
@@ -65,6 +79,7 @@ def _attend_group(
     sliding_window: int | None,
     softcap: float | None,
     tile_blocks: int,
+    sinks: torch.Tensor | None,
 ) -> None:
     """Pads the group's queries to its longest and runs the tiled online softmax for all at once."""
     device = query.device
@@ -97,7 +112,7 @@ def _attend_group(
     q_pos_rows = q_pos.repeat(1, group_size)[:, None, :, None]  # [S, 1, G*max_q, 1]
     block_tables = meta.block_tables[seq_idx].long()
     max_seq_len = max(meta.seq_lens_cpu[s] for s in seqs)
-    acc, _, denom = _online_softmax(
+    acc, m, denom = _online_softmax(
         q,
         key_cache,
         value_cache,
@@ -109,10 +124,28 @@ def _attend_group(
         softcap,
         tile_blocks,
     )
-    o = (acc / denom).view(len(seqs), num_kv_heads, group_size, max_q, head_dim).permute(0, 3, 1, 2, 4)
-    o = o.reshape(len(seqs), max_q, num_heads, head_dim)
+    if sinks is not None:
+        acc, denom = _add_sinks(acc, m, denom, sinks, num_kv_heads, max_q)
+    v_head_dim = value_cache.shape[-1]
+    o = (acc / denom).view(len(seqs), num_kv_heads, group_size, max_q, v_head_dim).permute(0, 3, 1, 2, 4)
+    o = o.reshape(len(seqs), max_q, num_heads, v_head_dim)
     valid = torch.arange(max_q, device=device)[None, :] < torch.tensor(q_lens, device=device)[:, None]
     out[rows[valid]] = o[valid].to(out.dtype)
+
+
+def _add_sinks(
+    acc: torch.Tensor,  # [S, Hkv, R, Dv] with rows ordered (group member, query)
+    m: torch.Tensor,  # [S, Hkv, R, 1]
+    denom: torch.Tensor,
+    sinks: torch.Tensor,  # [num_heads]
+    num_kv_heads: int,
+    max_q: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's sink logit joins the softmax's denominator (and adds nothing to the output)."""
+    sink = sinks.float().view(num_kv_heads, -1).repeat_interleave(max_q, dim=1)[None, :, :, None]
+    m_new = torch.maximum(m, sink)
+    alpha = torch.exp(m - m_new)
+    return acc * alpha, denom * alpha + torch.exp(sink - m_new)
 
 
 def _online_softmax(
@@ -130,7 +163,7 @@ def _online_softmax(
     num_seqs, num_kv_heads, num_rows, head_dim = q.shape
     block_size = key_cache.shape[1]
     neg = torch.finfo(torch.float32).min
-    acc = torch.zeros_like(q)
+    acc = q.new_zeros(*q.shape[:3], value_cache.shape[-1])
     m = torch.full((num_seqs, num_kv_heads, num_rows, 1), neg, device=q.device)
     denom = torch.zeros_like(m)
     num_blocks = (max_seq_len + block_size - 1) // block_size

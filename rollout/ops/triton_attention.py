@@ -80,11 +80,12 @@ def _attend_kv_range(
 @triton.jit
 def _prefill_kernel(
     query_ptr, key_cache_ptr, value_cache_ptr, out_ptr, block_tables_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
+    sinks_ptr,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
     scale, softcap, sliding_window,
     GROUP_SIZE: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_SINKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Program (seq, q_tile, kv_head): BLOCK_M // GROUP_PAD query tokens x the GROUP_SIZE heads of kv_head."""
     seq, q_tile, kv_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -117,6 +118,12 @@ def _prefill_kernel(
         value_cache_ptr, kv_head, stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window,
         HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
     )  # fmt: skip
+    if USE_SINKS:  # each head's sink logit joins the denominator and adds nothing to the output
+        sink = tl.load(sinks_ptr + head, mask=row_valid, other=-1.0e30).to(tl.float32)
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.exp2((m_i - m_new) * 1.4426950408889634)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.exp2((sink - m_new) * 1.4426950408889634)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_off = (q_start + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
     tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=io_mask)
@@ -167,8 +174,9 @@ def _decode_partition_kernel(
 
 @triton.jit
 def _decode_reduce_kernel(
-    part_acc_ptr, part_ml_ptr, out_ptr, cu_seqlens_q_ptr, stride_ot, stride_oh, num_heads, num_partitions,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, PART_PAD: tl.constexpr,
+    part_acc_ptr, part_ml_ptr, out_ptr, cu_seqlens_q_ptr, sinks_ptr, stride_ot, stride_oh, num_heads,
+    num_partitions, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, PART_PAD: tl.constexpr,
+    USE_SINKS: tl.constexpr,
 ):  # fmt: skip
     """Program (seq, head): merges the partitions' softmax states into the final output row."""
     seq, head = tl.program_id(0), tl.program_id(1)
@@ -184,8 +192,14 @@ def _decode_reduce_kernel(
     sums = tl.load(part_ml_ptr + ml_total + ml_off, mask=part_mask, other=0.0)
     acc_mask = part_mask[:, None] & (dims < HEAD_DIM)[None, :]
     acc = tl.load(part_acc_ptr + ml_off[:, None] * HEAD_DIM + dims[None, :], mask=acc_mask, other=0.0)
-    w = tl.exp2((m - tl.max(m, 0)) * 1.4426950408889634)  # [P]
+    m_max = tl.max(m, 0)
+    if USE_SINKS:
+        sink = tl.load(sinks_ptr + head).to(tl.float32)
+        m_max = tl.maximum(m_max, sink)
+    w = tl.exp2((m - m_max) * 1.4426950408889634)  # [P]
     total = tl.sum(w * sums, 0)
+    if USE_SINKS:
+        total += tl.exp2((sink - m_max) * 1.4426950408889634)
     out = tl.sum(w[:, None] * acc, 0) / tl.where(total > 0, total, 1.0)  # [DP]
     o_off = q_row.to(tl.int64) * stride_ot + head * stride_oh + dims
     tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
@@ -225,16 +239,22 @@ def paged_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     partition_size: int = DEFAULT_PARTITION_SIZE,
+    *,
+    sinks: torch.Tensor | None = None,  # [num_heads]: a per-head logit in every softmax (gpt-oss)
 ) -> torch.Tensor:  # [T, num_heads, head_dim]
     """Causal attention of each sequence's new tokens over its paged context (see the reference)."""
     _check_attention_inputs(query, key_cache, value_cache, meta, sliding_window, softcap)
+    if sinks is not None and (sinks.shape != (query.shape[1],) or sinks.device != query.device):
+        raise ValueError(f"sinks must be [{query.shape[1]}] (one per query head) on {query.device}")
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if query.shape[0] == 0 or meta.num_seqs == 0:
         return out
     if meta.is_decode_only:
-        _decode(query, key_cache, value_cache, meta, out, scale, sliding_window, softcap, partition_size)
+        _decode(
+            query, key_cache, value_cache, meta, out, scale, sliding_window, softcap, partition_size, sinks
+        )
     else:
-        _prefill(query, key_cache, value_cache, meta, out, scale, sliding_window, softcap)
+        _prefill(query, key_cache, value_cache, meta, out, scale, sliding_window, softcap, sinks)
     return out
 
 
@@ -257,6 +277,7 @@ def _kernel_options(
 def _prefill(
     query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, meta: AttentionMetadata,
     out: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None,
+    sinks: torch.Tensor | None,
 ) -> None:  # fmt: skip
     opts = _kernel_options(query, key_cache, sliding_window, softcap)
     group_pad = triton.next_power_of_2(opts["GROUP_SIZE"])
@@ -265,16 +286,17 @@ def _prefill(
     grid = (meta.num_seqs, triton.cdiv(meta.max_query_len, block_m // group_pad), key_cache.shape[2])
     _prefill_kernel[grid](
         query, key_cache, value_cache, out, meta.block_tables, meta.cu_seqlens_q, meta.seq_lens,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        query if sinks is None else sinks, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), meta.block_tables.stride(0),
         scale, softcap or 1.0, sliding_window or 0,
-        GROUP_PAD=group_pad, BLOCK_M=block_m, BLOCK_N=block_n, **opts,
+        GROUP_PAD=group_pad, BLOCK_M=block_m, BLOCK_N=block_n, USE_SINKS=sinks is not None, **opts,
     )  # fmt: skip
 
 
 def _decode(
     query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, meta: AttentionMetadata,
     out: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None, partition_size: int,
+    sinks: torch.Tensor | None,
 ) -> None:  # fmt: skip
     opts = _kernel_options(query, key_cache, sliding_window, softcap)
     if partition_size < 16 or partition_size & (partition_size - 1):
@@ -294,8 +316,9 @@ def _decode(
         PARTITION_SIZE=partition_size, **opts,
     )  # fmt: skip
     _decode_reduce_kernel[(num_seqs, num_heads)](
-        part_acc, part_ml, out, meta.cu_seqlens_q, out.stride(0), out.stride(1), num_heads, num_partitions,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=opts["HEAD_DIM_PAD"], PART_PAD=triton.next_power_of_2(num_partitions),
+        part_acc, part_ml, out, meta.cu_seqlens_q, query if sinks is None else sinks, out.stride(0),
+        out.stride(1), num_heads, num_partitions, HEAD_DIM=head_dim, HEAD_DIM_PAD=opts["HEAD_DIM_PAD"],
+        PART_PAD=triton.next_power_of_2(num_partitions), USE_SINKS=sinks is not None,
     )  # fmt: skip
 
 

@@ -77,6 +77,15 @@ def test_kernels_apply_softcap(paged_batch, device: str, dtype: torch.dtype, cas
 
 
 @pytest.mark.parametrize(("device", "dtype"), TARGETS)
+@pytest.mark.parametrize("case", CASES)
+def test_kernels_apply_attention_sinks(paged_batch, device: str, dtype: torch.dtype, case: str) -> None:
+    batch = paged_batch(*CASES[case], num_heads=4, num_kv_heads=2, dtype=dtype, device=device, seed=11)
+    sinks = torch.tensor([3.0, -1.0, 0.5, 8.0], device=device)  # 8.0 outweighs every score: output shrinks
+    assert_matches_reference(batch, sinks=sinks)
+    assert_matches_reference(batch, sliding_window=5, sinks=sinks)
+
+
+@pytest.mark.parametrize(("device", "dtype"), TARGETS)
 @pytest.mark.parametrize(("head_dim", "block_size"), [(32, 16), (64, 8), (128, 16), (24, 5)])
 @pytest.mark.parametrize("case", ["decode", "mixed"])
 def test_kernels_handle_head_dims_and_block_sizes(

@@ -1,0 +1,120 @@
+"""The model guard: decides at load whether the engine can run a model exactly, and refuses by name if not.
+
+Static checks on the model and one tiny probe forward (attention calls recorded, not computed) catch
+what the engine does not implement: several attention calls per layer, attention arguments it would
+ignore, chunked attention, layers that keep state between steps. The probe also yields the KV cache
+shape each layer really produces. `self_check` then compares numbers against the model's own forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from rollout.engine.kv_cache import KVCacheSpec, LayerKV
+from rollout.ops import hf_attention
+from rollout.ops.hf_attention import AttentionBackend, AttentionCall
+
+# Attention keyword arguments the engine implements, and those that carry no attention semantics.
+IMPLEMENTED_KWARGS = frozenset({"sliding_window", "softcap", "s_aux"})
+NEUTRAL_KWARGS = frozenset(
+    {"position_ids", "use_cache", "output_router_logits", "output_attentions", "cache_position", "is_causal"}
+)
+# Module class names of layers that carry state across steps (the engine keeps only KV).
+_STATEFUL_NAMES = ("Mamba", "Mixer", "GatedDeltaNet", "ShortConv", "Recurrent", "Rwkv", "Lightning")
+_PROBE_TOKENS = 4
+
+
+class UnsupportedModelError(ValueError):
+    """The engine cannot run this model exactly; the message names the model type and the cause."""
+
+
+def check_model(
+    model: PreTrainedModel, max_model_len: int, backend: AttentionBackend | None = None
+) -> KVCacheSpec:
+    """Refuses what the engine cannot run exactly; returns the KV cache shape of every layer."""
+    text_config = model.config.get_text_config()
+    name = f"{type(model).__name__} (model_type {text_config.model_type!r})"
+    _check_stateful_layers(model, name)
+    _check_chunked_attention(model, text_config, max_model_len, name)
+    calls = _probe(model, name)
+    _check_calls(calls, text_config.num_hidden_layers, name)
+    spec = KVCacheSpec(tuple(_layer_kv(call) for call in calls), model.dtype)
+    return spec.with_equal_head_dims() if backend is not None and backend.equal_kv_head_dims else spec
+
+
+def _probe(model: PreTrainedModel, name: str) -> list[AttentionCall]:
+    """One eager forward over a few tokens with attention recorded, in the engine's attention mode."""
+    device = next(model.parameters()).device
+    input_ids = (
+        torch.arange(1, _PROBE_TOKENS + 1, device=device)[None] % model.config.get_text_config().vocab_size
+    )
+    positions = torch.arange(_PROBE_TOKENS, device=device)[None]
+    with hf_attention.probe_calls() as calls, torch.inference_mode():
+        try:
+            model(input_ids=input_ids, position_ids=positions, use_cache=False)
+        except (RuntimeError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise UnsupportedModelError(
+                f"{name} fails in a forward without a dense attention mask ({type(exc).__name__}: {exc}); "
+                "the engine cannot run it"
+            ) from exc
+    return sorted(calls, key=lambda c: -1 if c.layer_idx is None else c.layer_idx)
+
+
+def _check_calls(calls: list[AttentionCall], num_layers: int, name: str) -> None:
+    counts: dict[int | None, int] = {}
+    for call in calls:
+        counts[call.layer_idx] = counts.get(call.layer_idx, 0) + 1
+    many = {layer: n for layer, n in counts.items() if n > 1}
+    if many:
+        layer, n = next(iter(many.items()))
+        raise UnsupportedModelError(
+            f"{name} calls attention {n} times in layer {layer} per forward; the engine keeps one KV per "
+            "layer, so it cannot run this model exactly"
+        )
+    if sorted(counts, key=lambda x: -1 if x is None else x) != list(range(num_layers)):
+        raise UnsupportedModelError(
+            f"{name}: expected one attention call per layer (layer_idx 0..{num_layers - 1}), found layers "
+            f"{sorted(counts, key=str)}; the engine cannot run this model exactly"
+        )
+    unknown = set().union(*(c.kwargs for c in calls)) - IMPLEMENTED_KWARGS - NEUTRAL_KWARGS
+    if unknown:
+        raise UnsupportedModelError(
+            f"{name} passes attention arguments the engine does not implement: {sorted(unknown)}"
+        )
+
+
+def _check_stateful_layers(model: PreTrainedModel, name: str) -> None:
+    for module_name, module in model.named_modules():
+        cls = type(module).__name__
+        if any(word in cls for word in _STATEFUL_NAMES):
+            raise UnsupportedModelError(
+                f"{name} has layers that keep state between steps ({module_name}: {cls}); the engine keeps "
+                "only the KV cache, so it cannot run this model exactly"
+            )
+
+
+def _check_chunked_attention(
+    model: PreTrainedModel, text_config: object, max_model_len: int, name: str
+) -> None:
+    chunk = getattr(text_config, "attention_chunk_size", None)
+    layer_types = getattr(text_config, "layer_types", None) or ()
+    if chunk is not None and "chunked_attention" in layer_types and chunk < max_model_len:
+        raise UnsupportedModelError(
+            f"{name} uses chunked local attention (attention_chunk_size {chunk} < max_model_len "
+            f"{max_model_len}), which the engine does not implement; set max_model_len <= {chunk}"
+        )
+    for module in model.modules():
+        if getattr(module, "attn_temperature_tuning", False) and not getattr(module, "use_rope", True):
+            raise UnsupportedModelError(
+                f"{name} uses attention temperature tuning, which derives positions from a "
+                "transformers cache the engine does not keep; the engine cannot run it exactly"
+            )
+
+
+def _layer_kv(call: AttentionCall) -> LayerKV:
+    _, num_kv_heads, _, k_head_dim = call.key_shape
+    v_heads, v_head_dim = call.value_shape[1], call.value_shape[3]
+    if v_heads != num_kv_heads:
+        raise UnsupportedModelError(f"layer {call.layer_idx}: K has {num_kv_heads} heads but V has {v_heads}")
+    return LayerKV(num_kv_heads, k_head_dim, v_head_dim)
