@@ -71,7 +71,7 @@ class SdpaPagedAttention:
         sliding_window: int | None = None,
         softcap: float | None = None,
         **features: object,
-    ) -> torch.Tensor:  # [T, num_heads, head_dim]
+    ) -> torch.Tensor:  # [T, num_heads, v_head_dim] (V may be narrower than K: MLA)
         if softcap is not None or any(value is not None for value in features.values()):
             return paged_attention_ref.paged_attention(
                 query, key_cache, value_cache, meta, scale, sliding_window, softcap, **features
@@ -81,7 +81,7 @@ class SdpaPagedAttention:
         if self._in_order:
             group = self._groups[0]
             return _attend(query, key_cache, value_cache, group, scale, sliding_window, self._buffer)
-        out = torch.empty_like(query)
+        out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
         for group in self._groups:
             o = _attend(query[group.rows], key_cache, value_cache, group, scale, sliding_window, self._buffer)
             if group.valid is None:
@@ -141,8 +141,9 @@ def _attend(
     scale: float,
     sliding_window: int | None,
     buffer: Callable[[str, torch.Tensor, int], torch.Tensor],
-) -> torch.Tensor:  # [S * max_q, H, D]
+) -> torch.Tensor:  # [S * max_q, H, Dv]
     num_heads, head_dim = query.shape[1:]
+    v_head_dim = value_cache.shape[-1]
     num_kv_heads = key_cache.shape[2]
     size, s, q_len = num_heads // num_kv_heads, group.num_seqs, group.max_q
     k = _gather(key_cache, group, buffer("k", key_cache, group.blocks.numel() * key_cache[0].numel()))
@@ -154,8 +155,8 @@ def _attend(
     if q_len > 1:
         mask = mask[:, :, None].expand(s, 1, size, q_len, group.num_keys).reshape(s, 1, size * q_len, -1)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    o = o.view(s, num_kv_heads, size, q_len, head_dim).permute(0, 3, 1, 2, 4)
-    return o.reshape(s * q_len, num_heads, head_dim).to(query.dtype)
+    o = o.view(s, num_kv_heads, size, q_len, v_head_dim).permute(0, 3, 1, 2, 4)
+    return o.reshape(s * q_len, num_heads, v_head_dim).to(query.dtype)
 
 
 def _gather(cache: torch.Tensor, group: _Group, out: torch.Tensor) -> torch.Tensor:
