@@ -17,9 +17,9 @@ pytest.importorskip("trl")
 pytest.importorskip("rollout.client")
 
 from peft import LoraConfig  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
     free_port,
+    grpo_args,
     length_reward,
     make_dataset,
     make_model,
@@ -60,29 +60,12 @@ def running_server(tmp_path: Path, seed: int = 1, vocab_size: int | None = None)
         stop_server(process)
 
 
-def make_args(tmp_path: Path, max_steps: int = 3) -> GRPOConfig:
-    return GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=max_steps,
-        learning_rate=5e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        bf16=False,
-        use_cpu=True,
-        seed=0,
-    )
-
-
 def make_trainer(tmp_path: Path, address: str, **kwargs) -> RolloutGRPOTrainer:
     tokenizer = make_tokenizer()
     return RolloutGRPOTrainer(
         make_model(tokenizer, seed=0),
         length_reward,
-        make_args(tmp_path),
+        grpo_args(tmp_path, max_steps=3),
         train_dataset=make_dataset(),
         processing_class=tokenizer,
         rollout_config=RolloutConfig(server=address, wait_timeout=STARTUP_TIMEOUT),
@@ -179,7 +162,7 @@ def test_unreachable_server_fails_after_wait_timeout(tmp_path: Path) -> None:
         RolloutGRPOTrainer(
             make_model(tokenizer),
             length_reward,
-            make_args(tmp_path),
+            grpo_args(tmp_path, max_steps=3),
             train_dataset=make_dataset(),
             processing_class=tokenizer,
             rollout_config=config,
