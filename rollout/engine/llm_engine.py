@@ -14,12 +14,11 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine import model_guard, model_loader, self_check
+from rollout.engine import kv_sizing, model_guard, model_loader, self_check
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
 from rollout.engine.in_flight import InFlightPolicy, InFlightReport
-from rollout.engine.kv_cache import KVCacheSpec
 from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.provenance import extend_spans, oldest_version
@@ -31,8 +30,6 @@ from rollout.engine.sequence import Sequence
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
-
-_CPU_KV_CACHE_GB = 1.0
 
 
 class LLMEngine:
@@ -48,10 +45,10 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
         device = self.model.device
-        self.max_model_len = self._max_model_len()
+        self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         backend = get_backend(self.config.attention_backend, device)
         kv_spec = model_guard.check_model(self.model, self.max_model_len, backend)
-        num_blocks = self._num_blocks(kv_spec, device)
+        num_blocks = kv_sizing.num_blocks(self.config, self.max_model_len, kv_spec, device)
         self.block_manager = BlockManager(
             num_blocks, self.config.block_size, self.config.enable_prefix_caching
         )
@@ -370,35 +367,3 @@ class LLMEngine:
             **self.in_flight_totals.as_stats("in_flight_"),
             **self.last_in_flight.as_stats("last_update_"),
         }
-
-    # ---- sizing -----------------------------------------------------------------------------
-
-    def _max_model_len(self) -> int:
-        limit = model_loader.model_max_len(self.model)
-        wanted = self.config.max_model_len or limit
-        if wanted > limit:
-            raise ValueError(f"max_model_len {wanted} exceeds the model's context length {limit}")
-        return wanted
-
-    def _num_blocks(self, spec: KVCacheSpec, device: torch.device) -> int:
-        block_size = self.config.block_size
-        per_seq = -(-self.max_model_len // block_size)
-        if self.config.num_blocks is not None:
-            if self.config.num_blocks < per_seq:
-                raise ValueError(
-                    f"num_blocks {self.config.num_blocks} cannot hold one sequence of max_model_len "
-                    f"{self.max_model_len} ({per_seq} blocks of {block_size})"
-                )
-            return self.config.num_blocks
-        budget = self._kv_cache_bytes(device)
-        useful = per_seq * self.config.max_num_seqs
-        return max(per_seq, min(useful, budget // spec.bytes_per_block(block_size)))
-
-    def _kv_cache_bytes(self, device: torch.device) -> int:
-        if self.config.kv_cache_memory_gb is not None:
-            return int(self.config.kv_cache_memory_gb * 2**30)
-        if device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(device)
-            reserve = total * (1 - self.config.gpu_memory_utilization)
-            return int(max(0, free - reserve) * 0.9)  # headroom for activations
-        return int(_CPU_KV_CACHE_GB * 2**30)

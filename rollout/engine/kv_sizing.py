@@ -1,0 +1,51 @@
+"""How long a sequence may be and how many KV blocks the engine allocates, from config, model and device.
+
+Blocks are sized to what can be used (max_num_seqs sequences of max_model_len tokens) within a
+memory budget: `kv_cache_memory_gb` when set, else the free GPU memory left by
+`gpu_memory_utilization`, else 1 GiB on CPU; never fewer than one full-length sequence needs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from rollout.config import EngineConfig
+from rollout.engine import model_loader
+from rollout.engine.kv_cache import KVCacheSpec
+
+CPU_KV_CACHE_GB = 1.0
+
+
+def max_model_len(model: PreTrainedModel, config: EngineConfig) -> int:
+    """The configured context length, or the model's; ValueError if it exceeds the model's."""
+    limit = model_loader.model_max_len(model)
+    wanted = config.max_model_len or limit
+    if wanted > limit:
+        raise ValueError(f"max_model_len {wanted} exceeds the model's context length {limit}")
+    return wanted
+
+
+def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, device: torch.device) -> int:
+    block_size = config.block_size
+    per_seq = -(-max_len // block_size)
+    if config.num_blocks is not None:
+        if config.num_blocks < per_seq:
+            raise ValueError(
+                f"num_blocks {config.num_blocks} cannot hold one sequence of max_model_len "
+                f"{max_len} ({per_seq} blocks of {block_size})"
+            )
+        return config.num_blocks
+    budget = kv_cache_bytes(config, device)
+    useful = per_seq * config.max_num_seqs
+    return max(per_seq, min(useful, budget // spec.bytes_per_block(block_size)))
+
+
+def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
+    if config.kv_cache_memory_gb is not None:
+        return int(config.kv_cache_memory_gb * 2**30)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        reserve = total * (1 - config.gpu_memory_utilization)
+        return int(max(0, free - reserve) * 0.9)  # headroom for activations
+    return int(CPU_KV_CACHE_GB * 2**30)
