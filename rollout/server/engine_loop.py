@@ -22,32 +22,19 @@ from typing import TYPE_CHECKING, TypeVar
 from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.server.fair_share import FairShare
 from rollout.server.handle import LoopEvent, RequestHandle, Submission
+from rollout.server.loop_errors import (
+    EngineStepError,
+    NotAcceptingError,
+    QueueFullError,
+    RequestConflictError,
+)
+from rollout.server.loop_jobs import Job, run_job, wait_job
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-
-class LoopError(Exception):
-    """A request the loop refused or could not finish; the server maps each kind to a status code."""
-
-
-class QueueFullError(LoopError):
-    """The admission queue is full (RESOURCE_EXHAUSTED)."""
-
-
-class NotAcceptingError(LoopError):
-    """The loop is paused, draining or stopped (UNAVAILABLE)."""
-
-
-class RequestConflictError(LoopError):
-    """A request id was reused for a different prompt or different sampling params (ALREADY_EXISTS)."""
-
-
-class EngineStepError(LoopError):
-    """The engine raised during a step that this request was part of (INTERNAL)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -75,15 +62,6 @@ class _Tracked:
         return RequestOutput(sub.request_id, list(sub.prompt_token_ids), samples, True, sub.prompt)
 
 
-@dataclass(slots=True, eq=False)
-class _Job:
-    fn: Callable[[LLMEngine], object]
-    future: Future
-    exclusive: bool
-    abort_running: bool = False
-    aborted: bool = False
-
-
 class EngineLoop:
     """Owns `engine` on a background thread; thread-safe submit, abort, pause and exclusive jobs."""
 
@@ -104,8 +82,8 @@ class EngineLoop:
         self._queued: FairShare[_Tracked] = FairShare()  # admission order: rollout/server/fair_share.py
         self._finished: OrderedDict[str, _Tracked] = OrderedDict()
         self._aborts: list[str] = []
-        self._jobs: deque[_Job] = deque()
-        self._exclusive: deque[_Job] = deque()
+        self._jobs: deque[Job] = deque()
+        self._exclusive: deque[Job] = deque()
         self._paused = False
         self._draining = False
         self._stopped = False
@@ -279,16 +257,16 @@ class EngineLoop:
     def submit_exclusive(self, fn: Callable[[LLMEngine], T], abort_running: bool = False) -> Future:
         """`run_exclusive` without the wait: cancelling the returned future before fn starts (a
         caller that went away) drops the job, and admission resumes at once."""
-        return self._enqueue(_Job(fn, Future(), exclusive=True, abort_running=abort_running))
+        return self._enqueue(Job(fn, Future(), exclusive=True, abort_running=abort_running))
 
     def submit_call(self, fn: Callable[[LLMEngine], T]) -> Future:
         """`call` without the wait: fn runs between two steps unless the future is cancelled first."""
-        return self._enqueue(_Job(fn, Future(), exclusive=False))
+        return self._enqueue(Job(fn, Future(), exclusive=False))
 
-    def _submit_job(self, job: _Job, timeout: float | None) -> T:
+    def _submit_job(self, job: Job, timeout: float | None) -> T:
         return wait_job(self._enqueue(job), timeout)
 
-    def _enqueue(self, job: _Job) -> Future:
+    def _enqueue(self, job: Job) -> Future:
         with self._cond:
             if self._stopped:
                 raise NotAcceptingError("the engine loop is stopped")
@@ -355,7 +333,7 @@ class EngineLoop:
             self._exclusive.popleft()  # its caller left before it ran: it no longer holds admission
         return not self._paused and not self._exclusive
 
-    def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[_Job]]:
+    def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[Job]]:
         admit: list[_Tracked] = []
         if self._admitting():
             admit = self._queued.take(self._room_locked())
@@ -377,7 +355,7 @@ class EngineLoop:
         running = sum(t.num_samples for t in self._tracked.values() if t.in_engine)
         return self.engine.config.max_num_seqs - running
 
-    def _apply(self, admit: list[_Tracked], aborts: list[str], jobs: list[_Job]) -> None:
+    def _apply(self, admit: list[_Tracked], aborts: list[str], jobs: list[Job]) -> None:
         for tracked in admit:
             sub = tracked.sub
             try:
@@ -389,7 +367,7 @@ class EngineLoop:
         for request_id in aborts:
             self.engine.abort_request(request_id)
         for job in jobs:
-            _run_job(job, self.engine)
+            run_job(job, self.engine)
 
     def _step(self) -> None:
         try:
@@ -448,7 +426,7 @@ class EngineLoop:
             if not self._exclusive or self.engine.has_unfinished_requests():
                 return
             job = self._exclusive.popleft()
-        _run_job(job, self.engine)
+        run_job(job, self.engine)
         with self._cond:
             self._cond.notify_all()
 
@@ -457,26 +435,6 @@ class EngineLoop:
         with self._cond:
             self._stats = stats
             self._engine_busy = self.engine.has_unfinished_requests()
-
-
-def _run_job(job: _Job, engine: LLMEngine) -> None:
-    if not job.future.set_running_or_notify_cancel():
-        return  # the caller timed out and cancelled it
-    try:
-        job.future.set_result(job.fn(engine))
-    except BaseException as exc:
-        job.future.set_exception(exc)
-
-
-def wait_job(future: Future, timeout: float | None) -> T:
-    """fn's result within `timeout`; on timeout the job is cancelled (it never runs) and TimeoutError
-    raised, unless it already started, in which case its result is awaited (fn cannot be interrupted)."""
-    try:
-        return future.result(timeout)
-    except TimeoutError:
-        if not future.cancel():
-            return future.result()
-        raise TimeoutError(f"the engine was not idle within {timeout} s") from None
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:

@@ -14,16 +14,16 @@ import grpc
 import rollout
 from rollout.outputs import CompletionOutput
 from rollout.server import convert
-from rollout.server.engine_loop import (
-    EngineLoop,
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.generated import rollout_pb2 as pb
+from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
+from rollout.server.loop_errors import (
     EngineStepError,
     NotAcceptingError,
     QueueFullError,
     RequestConflictError,
 )
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
-from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
 from rollout.server.metrics import Metrics
 from rollout.server.prompts import (
     NoChatTemplateError,

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import grpc
 import torch
 
-from rollout.server.engine_loop import wait_job
 from rollout.server.generated import weights_pb2
+from rollout.server.loop_jobs import wait_job
 from rollout.weights.ledger import UpdateLedger, equals_model
 from rollout.weights.updater import check_next_version
 from rollout.weights.wire import in_flight_policy, requested_version

@@ -7,14 +7,14 @@ import threading
 import pytest
 
 from rollout import SamplingParams
-from rollout.server.engine_loop import (
-    EngineLoop,
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.handle import Submission
+from rollout.server.loop_errors import (
     EngineStepError,
     NotAcceptingError,
     QueueFullError,
     RequestConflictError,
 )
-from rollout.server.handle import Submission
 from tests.server.server_builders import make_engine, slow_steps, wait_for
 
 GREEDY = SamplingParams(n=2, max_tokens=6, temperature=0.0)
