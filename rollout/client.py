@@ -92,13 +92,7 @@ class RolloutClient:
             return self._generate_per_prompt(prompts, params, request_id_prefix, timeout)
         params = params or SamplingParams()
         messages = [_prompt_to_proto(p, i) for i, p in enumerate(prompts)]
-        prefix = request_id_prefix or uuid.uuid4().hex
-        for i, message in enumerate(messages):
-            message.request_id = f"{prefix}-{i}"
-        deadline = _deadline(self.timeout if timeout is None else timeout)
-        shards = {a: list(range(i, len(messages), len(self.addresses))) for i, a in enumerate(self.addresses)}
-        call = _GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
-        results = call.run({a: idx for a, idx in shards.items() if idx}, messages)
+        results = self._generate_messages(messages, params, timeout, request_id_prefix)
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
                 results[i].prompt = prompt
@@ -128,9 +122,14 @@ class RolloutClient:
         return merge_resumed(outputs, todo, [out.outputs[0] for out in results])
 
     def _generate_messages(
-        self, messages: list[pb.Prompt], params: SamplingParams, timeout: float | None
+        self,
+        messages: list[pb.Prompt],
+        params: SamplingParams,
+        timeout: float | None,
+        request_id_prefix: str | None = None,
     ) -> list[RequestOutput]:
-        prefix = uuid.uuid4().hex
+        """One call per address over `messages` (ids "<prefix>-<index>"), results in message order."""
+        prefix = request_id_prefix or uuid.uuid4().hex
         for i, message in enumerate(messages):
             message.request_id = f"{prefix}-{i}"
         deadline = _deadline(self.timeout if timeout is None else timeout)

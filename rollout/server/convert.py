@@ -99,9 +99,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         kept_log_mass=sample.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
     )
-    for position in sample.top_logprobs or []:
-        entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
-        message.top_logprobs.append(pb.TopLogprobs(entries=entries))
+    message.top_logprobs.extend(_top_logprobs_to_proto(sample.top_logprobs))
     if sample.text is not None:
         message.text = sample.text
     return message
@@ -113,9 +111,7 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         index=message.index,
         token_ids=list(message.token_ids),
         logprobs=list(message.logprobs) if logprobs else None,
-        top_logprobs=[{e.token_id: e.logprob for e in p.entries} for p in message.top_logprobs]
-        if top_logprobs
-        else None,
+        top_logprobs=_top_logprobs_from_proto(message.top_logprobs) if top_logprobs else None,
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
         text=message.text if message.HasField("text") else None,
@@ -142,9 +138,7 @@ def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
         kept_log_mass=partial.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in partial.kept_token_ids or []],
     )
-    for position in partial.top_logprobs or []:
-        entries = [pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()]
-        message.top_logprobs.append(pb.TopLogprobs(entries=entries))
+    message.top_logprobs.extend(_top_logprobs_to_proto(partial.top_logprobs))
     return message
 
 
@@ -155,7 +149,7 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
         index=message.index,
         token_ids=list(message.token_ids),
         logprobs=list(message.logprobs) if message.logprobs or not has_tokens else None,
-        top_logprobs=[{e.token_id: e.logprob for e in p.entries} for p in message.top_logprobs]
+        top_logprobs=_top_logprobs_from_proto(message.top_logprobs)
         if message.top_logprobs or not has_tokens
         else None,
         weight_versions=spans_from_proto(message.weight_versions),
@@ -165,6 +159,17 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
         if message.kept_token_ids or not has_tokens
         else None,
     )
+
+
+def _top_logprobs_to_proto(positions: list[dict[int, float]] | None) -> list[pb.TopLogprobs]:
+    return [
+        pb.TopLogprobs(entries=[pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()])
+        for position in positions or []
+    ]
+
+
+def _top_logprobs_from_proto(messages) -> list[dict[int, float]]:
+    return [{e.token_id: e.logprob for e in p.entries} for p in messages]
 
 
 def spans_to_proto(spans: list[tuple[int, int]]) -> list[pb.VersionSpan]:

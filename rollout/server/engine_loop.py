@@ -263,9 +263,6 @@ class EngineLoop:
         """`call` without the wait: fn runs between two steps unless the future is cancelled first."""
         return self._enqueue(Job(fn, Future(), exclusive=False))
 
-    def _submit_job(self, job: Job, timeout: float | None) -> T:
-        return wait_job(self._enqueue(job), timeout)
-
     def _enqueue(self, job: Job) -> Future:
         with self._cond:
             if self._stopped:
