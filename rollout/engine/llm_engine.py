@@ -60,7 +60,7 @@ class LLMEngine:
             )
         if use_cuda_graphs(self.config, device, backend):
             self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
-        self.sampler = Sampler(device, self.config.seed)
+        self.sampler = Sampler(self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
         self.model_info = ModelInfo(

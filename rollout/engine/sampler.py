@@ -43,8 +43,7 @@ class SamplerOutput:
 
 
 class Sampler:
-    def __init__(self, device: torch.device, seed: int) -> None:
-        self.device = device
+    def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:

@@ -29,7 +29,7 @@ def make_rows(params: list[SamplingParams], seed: int | None = None) -> list[Sam
 def ops_of(params: list[SamplingParams]) -> set[str]:
     logits = torch.randn(len(params), VOCAB, generator=torch.Generator().manual_seed(0))
     with OpRecorder() as recorder:
-        Sampler(torch.device("cpu"), seed=0)(logits, make_rows(params))
+        Sampler(seed=0)(logits, make_rows(params))
     return recorder.ops
 
 
@@ -76,12 +76,12 @@ def assert_rows_independent(logits_seed: int) -> None:
     """Each row's token, logprob and top logprobs are bitwise those of the row sampled alone, and
     those of the row in a batch of another order: a row depends on nothing else in the batch."""
     logits = torch.randn(len(MIXED_PARAMS), VOCAB, generator=torch.Generator().manual_seed(logits_seed)) * 3
-    batched = Sampler(torch.device("cpu"), seed=0)(logits, make_rows(MIXED_PARAMS, seed=10))
+    batched = Sampler(seed=0)(logits, make_rows(MIXED_PARAMS, seed=10))
     order = list(reversed(range(len(MIXED_PARAMS))))
     shuffled_rows = [make_rows(MIXED_PARAMS, seed=10)[i] for i in order]
-    shuffled = Sampler(torch.device("cpu"), seed=0)(logits[order], shuffled_rows)
+    shuffled = Sampler(seed=0)(logits[order], shuffled_rows)
     for i, row in enumerate(make_rows(MIXED_PARAMS, seed=10)):
-        alone = Sampler(torch.device("cpu"), seed=0)(logits[i : i + 1], [row])
+        alone = Sampler(seed=0)(logits[i : i + 1], [row])
         j = order.index(i)
         assert batched.token_ids[i] == alone.token_ids[0] == shuffled.token_ids[j]
         assert batched.logprobs[i] == alone.logprobs[0] == shuffled.logprobs[j]
@@ -107,7 +107,7 @@ def test_a_row_without_top_p_keeps_its_whole_support_beside_a_top_p_row() -> Non
     logits = torch.full((2, VOCAB), -20.0)
     logits[:, 0] = 10.0
     rows = make_rows([SamplingParams(temperature=1.0, logprobs=VOCAB), SamplingParams(top_p=0.5)], seed=0)
-    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    out = Sampler(seed=0)(logits, rows)
     tail = [v for t, v in out.top_logprobs[0].items() if t != 0]
     assert len(tail) == VOCAB - 1 and all(-31 < v < -29 for v in tail)
 
@@ -119,7 +119,7 @@ def test_host_syncs_do_not_grow_with_the_batch_on_cuda() -> None:
         logits = torch.randn(batch, VOCAB, device=device)
         params = [SamplingParams(temperature=0.8, top_k=20, logprobs=2)] * batch
         rows = [SampleRow(p, 0, [5]) for p in params]
-        sampler = Sampler(device, seed=0)
+        sampler = Sampler(seed=0)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
@@ -149,5 +149,5 @@ def test_rows_without_top_k_do_not_widen_the_partial_topk() -> None:
     logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(0))
     rows = make_rows([SamplingParams(top_k=20), SamplingParams(temperature=0.9)])
     with TopkSizes() as recorder:
-        Sampler(torch.device("cpu"), seed=0)(logits, rows)
+        Sampler(seed=0)(logits, rows)
     assert recorder.ks == [20]

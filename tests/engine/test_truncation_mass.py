@@ -46,7 +46,7 @@ CASES = [
 def test_kept_log_mass_is_the_log_of_the_kept_untruncated_probability(params: SamplingParams) -> None:
     logits = torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(3)) * 2
     rows = [SampleRow(params, torch.Generator().manual_seed(i), []) for i in range(4)]
-    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    out = Sampler(seed=0)(logits, rows)
     for i in range(4):
         probs = (logits[i].double() / params.temperature).softmax(-1)
         expected = math.log(probs[kept_set(probs, params)].sum().item())
@@ -65,9 +65,9 @@ def test_kept_log_mass_is_zero_without_truncation_and_absent_without_logprobs() 
         SamplingParams(temperature=0.7, top_k=3),
     ]
     rows = [SampleRow(p, None, []) for p in params]
-    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    out = Sampler(seed=0)(logits, rows)
     assert out.kept_log_masses == [0.0, 0.0, None]
-    alone = Sampler(torch.device("cpu"), seed=0)(logits[2:], rows[2:])
+    alone = Sampler(seed=0)(logits[2:], rows[2:])
     assert alone.kept_log_masses is None
 
 
@@ -86,7 +86,7 @@ def test_kept_token_ids_on_request_are_the_truncated_support(params: SamplingPar
     logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(6)) * 2
     asked = SamplingParams(**{**params.__dict__, "return_kept_tokens": True})
     rows = [SampleRow(p, torch.Generator().manual_seed(i), []) for i, p in enumerate([asked, params, asked])]
-    out = Sampler(torch.device("cpu"), seed=0)(logits, rows)
+    out = Sampler(seed=0)(logits, rows)
     assert out.kept_token_ids[1] is None
     for i in (0, 2):
         probs = (logits[i].double() / params.temperature).softmax(-1)
