@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 
 from rollout.config import EngineConfig
 from rollout.engine.decode_buffers import DecodeBuffers
+from rollout.engine.derived_positions import derives_positions, position_inputs
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
 
@@ -49,6 +50,7 @@ class DecodeGraphs:
         buckets: list[int],
     ) -> None:
         self.model = model
+        self.derives_positions = derives_positions(model)
         self.kv_caches = kv_caches
         self.backend = backend
         self.buffers = buffers
@@ -89,10 +91,12 @@ class DecodeGraphs:
         """The padded forward: reads only the static buffers, writes only `self.logits` and the cache."""
         context = ForwardContext(self.kv_caches, self.buffers.metadata(batch), self.backend)
         with forward_context(context):
+            positions = self.buffers.positions[None, :batch]
             out = self.model(
                 input_ids=self.buffers.input_ids[None, :batch],
-                position_ids=self.buffers.positions[None, :batch],
+                position_ids=positions,
                 use_cache=False,
+                **position_inputs(self.derives_positions, positions),
             )
         self.logits[:batch].copy_(out.logits[0])
 

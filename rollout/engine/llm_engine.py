@@ -47,7 +47,7 @@ class LLMEngine:
         device = self.model.device
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         backend = get_backend(self.config.attention_backend, device)
-        kv_spec = model_guard.check_model(self.model, self.max_model_len, backend)
+        kv_spec = model_guard.check_model(self.model, backend)
         num_blocks = kv_sizing.num_blocks(self.config, self.max_model_len, kv_spec, device)
         self.block_manager = BlockManager(
             num_blocks, self.config.block_size, self.config.enable_prefix_caching

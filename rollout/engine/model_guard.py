@@ -2,7 +2,7 @@
 
 Static checks on the model and one tiny probe forward (attention calls recorded, not computed) catch
 what the engine does not implement: several attention calls per layer, attention arguments it would
-ignore, chunked attention, layers that keep state between steps. The probe also yields the KV cache
+ignore, chunked attention without a chunk size, layers that keep state between steps. The probe also yields the KV cache
 shape each layer really produces. `self_check` then compares numbers against the model's own forward.
 """
 
@@ -29,14 +29,12 @@ class UnsupportedModelError(ValueError):
     """The engine cannot run this model exactly; the message names the model type and the cause."""
 
 
-def check_model(
-    model: PreTrainedModel, max_model_len: int, backend: AttentionBackend | None = None
-) -> KVCacheSpec:
+def check_model(model: PreTrainedModel, backend: AttentionBackend | None = None) -> KVCacheSpec:
     """Refuses what the engine cannot run exactly; returns the KV cache shape of every layer."""
     text_config = model.config.get_text_config()
     name = f"{type(model).__name__} (model_type {text_config.model_type!r})"
     _check_stateful_layers(model, name)
-    _check_chunked_attention(model, text_config, max_model_len, name)
+    _check_chunked_attention(text_config, name)
     calls = _probe(model, name)
     _check_calls(calls, text_config.num_hidden_layers, name)
     spec = KVCacheSpec(tuple(_layer_kv(call) for call in calls), model.dtype)
@@ -94,22 +92,15 @@ def _check_stateful_layers(model: PreTrainedModel, name: str) -> None:
             )
 
 
-def _check_chunked_attention(
-    model: PreTrainedModel, text_config: object, max_model_len: int, name: str
-) -> None:
-    chunk = getattr(text_config, "attention_chunk_size", None)
+def _check_chunked_attention(text_config: object, name: str) -> None:
+    """Chunked local attention (Llama 4) is implemented from `layer_types` + `attention_chunk_size`."""
     layer_types = getattr(text_config, "layer_types", None) or ()
-    if chunk is not None and "chunked_attention" in layer_types and chunk < max_model_len:
+    chunk = getattr(text_config, "attention_chunk_size", None)
+    if "chunked_attention" in layer_types and not (isinstance(chunk, int) and chunk >= 1):
         raise UnsupportedModelError(
-            f"{name} uses chunked local attention (attention_chunk_size {chunk} < max_model_len "
-            f"{max_model_len}), which the engine does not implement; set max_model_len <= {chunk}"
+            f"{name} has chunked-attention layers but attention_chunk_size is {chunk!r}; the engine "
+            "cannot tell which keys they see"
         )
-    for module in model.modules():
-        if getattr(module, "attn_temperature_tuning", False) and not getattr(module, "use_rope", True):
-            raise UnsupportedModelError(
-                f"{name} uses attention temperature tuning, which derives positions from a "
-                "transformers cache the engine does not keep; the engine cannot run it exactly"
-            )
 
 
 def _layer_kv(call: AttentionCall) -> LayerKV:

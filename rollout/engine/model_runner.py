@@ -11,6 +11,7 @@ from transformers import PreTrainedModel
 
 from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets
 from rollout.engine.decode_buffers import DecodeBuffers
+from rollout.engine.derived_positions import derives_positions, position_inputs
 from rollout.engine.input_batch import prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.scheduler import SchedulerOutput
@@ -34,6 +35,7 @@ class ModelRunner:
         self.kv_caches = allocate_kv_caches(kv_spec, num_blocks + 1, block_size, self.device)
         self.scratch_slot = num_blocks * block_size
         self.decode_graphs: DecodeGraphs | None = None
+        self.derives_positions = derives_positions(model)
 
     def enable_decode_graphs(self, max_num_seqs: int, max_model_len: int, capture: bool) -> bool:
         """Routes pure-decode steps through padded static buffers; `capture` records CUDA graphs of them.
@@ -62,5 +64,6 @@ class ModelRunner:
                 position_ids=inputs.position_ids,
                 logits_to_keep=inputs.logits_indices,
                 use_cache=False,
+                **position_inputs(self.derives_positions, inputs.position_ids),
             )
         return out.logits[0].float()

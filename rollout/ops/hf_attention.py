@@ -24,11 +24,11 @@ ATTN_IMPLEMENTATION = "rollout_paged"
 
 @dataclass(slots=True)
 class AttentionBackend:
-    """paged_attention(query, key_cache, value_cache, meta, scale, sliding_window, softcap, *, sinks=None).
+    """paged_attention(query, key_cache, value_cache, meta, scale, sliding_window, softcap, *, sinks, chunk_size).
 
     Model features beyond the positional ones arrive as keywords only when the model uses them
-    (`sinks`: gpt-oss's per-head logits); the value cache may be narrower than the key cache (MLA)
-    unless `equal_kv_head_dims` is set.
+    (`sinks`: gpt-oss's per-head logits; `chunk_size`: Llama 4's chunked local attention); the
+    value cache may be narrower than the key cache (MLA) unless `equal_kv_head_dims` is set.
     """
 
     write_kv_cache: Callable[..., None]
@@ -137,11 +137,37 @@ def paged_attention_forward(
     backend = rollout_context.backend
     backend.write_kv_cache(k, v, key_cache, value_cache, rollout_context.meta.slot_mapping)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
-    features = {"sinks": s_aux} if s_aux is not None else {}  # only what the model uses reaches the backend
+    features = _features(module, s_aux)  # only what the model uses reaches the backend
     out = backend.paged_attention(
         q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap, **features
     )
     return out[..., :v_head_dim].unsqueeze(0), None  # [1, T, H, Dv], as transformers expects
+
+
+def _features(module: torch.nn.Module, s_aux: torch.Tensor | None) -> dict[str, object]:
+    """Keyword features of this layer's attention that the model expresses outside the call's arguments."""
+    features: dict[str, object] = {} if s_aux is None else {"sinks": s_aux}
+    chunk_size = chunked_attention_size(module)
+    if chunk_size is not None:
+        features["chunk_size"] = chunk_size
+    return features
+
+
+def chunked_attention_size(module: torch.nn.Module) -> int | None:
+    """The chunk of a chunked-local-attention layer (Llama 4), else None.
+
+    transformers expresses chunking only in the mask it builds per `config.layer_types` entry
+    ("chunked_attention" layers get `attention_chunk_size`); the engine builds no mask, so it reads
+    the same two config fields.
+    """
+    config = getattr(module, "config", None)
+    layer_types = getattr(config, "layer_types", None)
+    layer_idx = getattr(module, "layer_idx", None)
+    if not layer_types or layer_idx is None or layer_idx >= len(layer_types):
+        return None
+    if layer_types[layer_idx] != "chunked_attention":
+        return None
+    return getattr(config, "attention_chunk_size", None)
 
 
 def register() -> None:

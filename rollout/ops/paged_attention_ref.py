@@ -42,11 +42,15 @@ def paged_attention(
     tile_blocks: int = DEFAULT_TILE_BLOCKS,
     *,
     sinks: torch.Tensor | None = None,  # [num_heads]: a per-head logit in every softmax (gpt-oss)
+    chunk_size: int | None = None,  # chunked local attention (Llama 4): keys of the query's chunk only
 ) -> torch.Tensor:  # [T, num_heads, v_head_dim]
     """Causal attention of each sequence's new tokens over its paged context.
 
-    The value cache may be narrower than the key cache (MLA): the output takes V's head size.
+    The value cache may be narrower than the key cache (MLA): the output takes V's head size. With
+    `chunk_size`, a query at position p sees the keys k <= p with k // chunk_size == p // chunk_size.
     """
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
     decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
     other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
@@ -64,6 +68,7 @@ def paged_attention(
                 softcap,
                 tile_blocks,
                 sinks,
+                chunk_size,
             )
     return out
 
@@ -80,6 +85,7 @@ def _attend_group(
     softcap: float | None,
     tile_blocks: int,
     sinks: torch.Tensor | None,
+    chunk_size: int | None,
 ) -> None:
     """Pads the group's queries to its longest and runs the tiled online softmax for all at once."""
     device = query.device
@@ -123,6 +129,7 @@ def _attend_group(
         sliding_window,
         softcap,
         tile_blocks,
+        chunk_size,
     )
     if sinks is not None:
         acc, denom = _add_sinks(acc, m, denom, sinks, num_kv_heads, max_q)
@@ -159,6 +166,7 @@ def _online_softmax(
     sliding_window: int | None,
     softcap: float | None,
     tile_blocks: int,
+    chunk_size: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     num_seqs, num_kv_heads, num_rows, head_dim = q.shape
     block_size = key_cache.shape[1]
@@ -178,6 +186,8 @@ def _online_softmax(
         mask = (k_pos <= q_pos) & (k_pos < seq_lens[:, None, None, None])
         if sliding_window is not None:
             mask &= k_pos > q_pos - sliding_window
+        if chunk_size is not None:
+            mask &= k_pos // chunk_size == q_pos // chunk_size
         scores = scores.masked_fill(~mask, neg)
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         p = torch.exp(scores - m_new) * mask

@@ -2,7 +2,7 @@
 
 The torch reference (paged_attention_ref.py) tiles an online softmax and rebuilds its index tensors
 in every layer; here everything that depends only on the batch layout (which rows, which blocks,
-the causal / length / sliding-window masks) is planned once per step, keyed by the metadata object
+the causal / length / sliding-window / chunk masks) is planned once per step, keyed by the metadata object
 every layer shares, and each layer then gathers its blocks with one `index_select` per K and V and
 runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's group
 of query heads rides in the query-length dimension. Decode rows form one group, prefill chunks
@@ -38,16 +38,21 @@ class _Group:
     num_seqs: int
     max_q: int
     num_keys: int
-    masks: dict[int | None, torch.Tensor] = field(default_factory=dict)  # by sliding window
+    # by (sliding window, chunk size)
+    masks: dict[tuple[int | None, int | None], torch.Tensor] = field(default_factory=dict)
 
-    def mask(self, sliding_window: int | None) -> torch.Tensor:  # [S, 1, max_q, num_keys] bool
-        if sliding_window not in self.masks:
+    def mask(self, sliding_window: int | None, chunk_size: int | None) -> torch.Tensor:
+        """[S, 1, max_q, num_keys] bool: causal, within the sequence, and within the window / chunk."""
+        key = (sliding_window, chunk_size)
+        if key not in self.masks:
             k_pos = torch.arange(self.num_keys, device=self.q_pos.device)
             mask = (k_pos <= self.q_pos) & (k_pos < self.seq_lens)
             if sliding_window is not None:
                 mask &= k_pos > self.q_pos - sliding_window
-            self.masks[sliding_window] = mask
-        return self.masks[sliding_window]
+            if chunk_size is not None:
+                mask &= k_pos // chunk_size == self.q_pos // chunk_size
+            self.masks[key] = mask
+        return self.masks[key]
 
 
 class SdpaPagedAttention:
@@ -70,20 +75,26 @@ class SdpaPagedAttention:
         scale: float,
         sliding_window: int | None = None,
         softcap: float | None = None,
+        *,
+        chunk_size: int | None = None,  # chunked local attention (Llama 4), as in the reference
         **features: object,
     ) -> torch.Tensor:  # [T, num_heads, v_head_dim] (V may be narrower than K: MLA)
         if softcap is not None or any(value is not None for value in features.values()):
             return paged_attention_ref.paged_attention(
-                query, key_cache, value_cache, meta, scale, sliding_window, softcap, **features
-            )
+                query, key_cache, value_cache, meta, scale, sliding_window, softcap, chunk_size=chunk_size,
+                **features,
+            )  # fmt: skip
+        if chunk_size is not None and chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         if meta is not self._planned_for:
             self._plan(meta, key_cache.shape[1], query.device)
+        masking = (sliding_window, chunk_size)
         if self._in_order:
             group = self._groups[0]
-            return _attend(query, key_cache, value_cache, group, scale, sliding_window, self._buffer)
+            return _attend(query, key_cache, value_cache, group, scale, masking, self._buffer)
         out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
         for group in self._groups:
-            o = _attend(query[group.rows], key_cache, value_cache, group, scale, sliding_window, self._buffer)
+            o = _attend(query[group.rows], key_cache, value_cache, group, scale, masking, self._buffer)
             if group.valid is None:
                 out[group.rows] = o
             else:
@@ -139,7 +150,7 @@ def _attend(
     value_cache: torch.Tensor,
     group: _Group,
     scale: float,
-    sliding_window: int | None,
+    masking: tuple[int | None, int | None],  # (sliding window, chunk size)
     buffer: Callable[[str, torch.Tensor, int], torch.Tensor],
 ) -> torch.Tensor:  # [S * max_q, H, Dv]
     num_heads, head_dim = query.shape[1:]
@@ -151,7 +162,7 @@ def _attend(
     # q: [S, Hkv, G * max_q, D], rows ordered (head in group, query); the mask repeats per head
     q = query.view(s, q_len, num_kv_heads, size, head_dim).permute(0, 2, 3, 1, 4)
     q = q.reshape(s, num_kv_heads, size * q_len, head_dim).to(k.dtype)
-    mask = group.mask(sliding_window)
+    mask = group.mask(*masking)
     if q_len > 1:
         mask = mask[:, :, None].expand(s, 1, size, q_len, group.num_keys).reshape(s, 1, size * q_len, -1)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)

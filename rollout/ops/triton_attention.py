@@ -45,9 +45,9 @@ def _write_kv_kernel(
 def _attend_kv_range(
     q, q_pos, acc, m_i, l_i,  # q: [M, DP] native dtype; q_pos: [M]; acc: [M, DP] fp32; m_i, l_i: [M]
     kv_start, kv_end, block_table_ptr, key_cache_ptr, value_cache_ptr, kv_head,
-    stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window,
+    stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window, chunk_size,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_CHUNK: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Online-softmax update of (acc, m_i, l_i) with the cache positions [kv_start, kv_end)."""
     dims = tl.arange(0, HEAD_DIM_PAD)
@@ -67,6 +67,8 @@ def _attend_kv_range(
         mask = k_valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
         if USE_WINDOW:
             mask &= k_pos[None, :] > q_pos[:, None] - sliding_window
+        if USE_CHUNK:  # chunked local attention: only the keys of the query's own chunk
+            mask &= (k_pos[None, :] // chunk_size) == (q_pos[:, None] // chunk_size)
         s = tl.where(mask, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # m_i starts finite, so fully masked rows give p = 0
         p = tl.exp2((s - m_new[:, None]) * 1.4426950408889634)
@@ -82,10 +84,11 @@ def _prefill_kernel(
     query_ptr, key_cache_ptr, value_cache_ptr, out_ptr, block_tables_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
     sinks_ptr,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch, stride_bt,
-    scale, softcap, sliding_window,
+    scale, softcap, sliding_window, chunk_size,
     GROUP_SIZE: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_SINKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_SINKS: tl.constexpr, USE_CHUNK: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Program (seq, q_tile, kv_head): BLOCK_M // GROUP_PAD query tokens x the GROUP_SIZE heads of kv_head."""
     seq, q_tile, kv_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -110,13 +113,16 @@ def _prefill_kernel(
     kv_start = 0
     if USE_WINDOW:
         kv_start = tl.maximum(context_len + q_tile * BLOCK_Q - sliding_window + 1, 0) // BLOCK_N * BLOCK_N
+    if USE_CHUNK:  # keys before the tile's first chunk are masked for every row of the tile
+        kv_start = tl.maximum(kv_start, (context_len + q_tile * BLOCK_Q) // chunk_size * chunk_size)
+        kv_start = kv_start // BLOCK_N * BLOCK_N
     acc = tl.full([BLOCK_M, HEAD_DIM_PAD], 0.0, dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
     acc, m_i, l_i = _attend_kv_range(
         q, q_pos, acc, m_i, l_i, kv_start, kv_end, block_tables_ptr + seq * stride_bt, key_cache_ptr,
-        value_cache_ptr, kv_head, stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window,
-        HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+        value_cache_ptr, kv_head, stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window, chunk_size,
+        HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFTCAP, USE_CHUNK, DOT_PRECISION,
     )  # fmt: skip
     if USE_SINKS:  # each head's sink logit joins the denominator and adds nothing to the output
         sink = tl.load(sinks_ptr + head, mask=row_valid, other=-1.0e30).to(tl.float32)
@@ -134,10 +140,10 @@ def _decode_partition_kernel(
     query_ptr, key_cache_ptr, value_cache_ptr, part_acc_ptr, part_ml_ptr, block_tables_ptr,
     cu_seqlens_q_ptr, seq_lens_ptr,
     stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
-    scale, softcap, sliding_window, num_heads, num_partitions,
+    scale, softcap, sliding_window, chunk_size, num_heads, num_partitions,
     GROUP_SIZE: tl.constexpr, Q_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PARTITION_SIZE: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_CHUNK: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Program (seq, kv_head, partition): unnormalized acc, max and sum over one slice of the context."""
     seq, kv_head, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -156,13 +162,15 @@ def _decode_partition_kernel(
     kv_end = tl.minimum(kv_start + PARTITION_SIZE, seq_len)
     if USE_WINDOW:  # the window start need not be tile-aligned: the mask handles the rest
         kv_start = tl.maximum(kv_start, seq_len - sliding_window)
+    if USE_CHUNK:
+        kv_start = tl.maximum(kv_start, (seq_len - 1) // chunk_size * chunk_size)
     acc = tl.full([Q_ROWS, HEAD_DIM_PAD], 0.0, dtype=tl.float32)
     m_i = tl.full([Q_ROWS], -1.0e30, dtype=tl.float32)
     l_i = tl.full([Q_ROWS], 0.0, dtype=tl.float32)
     acc, m_i, l_i = _attend_kv_range(
         q, q_pos, acc, m_i, l_i, kv_start, kv_end, block_tables_ptr + seq * stride_bt, key_cache_ptr,
-        value_cache_ptr, kv_head, stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window,
-        HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFTCAP, DOT_PRECISION,
+        value_cache_ptr, kv_head, stride_cb, stride_cs, stride_ch, scale, softcap, sliding_window, chunk_size,
+        HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, BLOCK_N, USE_WINDOW, USE_SOFTCAP, USE_CHUNK, DOT_PRECISION,
     )  # fmt: skip
     # part_acc: [S, H, P, D]; part_ml: [2, S, H, P] (max, sum)
     ml_off = (seq * num_heads + head) * num_partitions + part  # [Q_ROWS]
@@ -241,25 +249,27 @@ def paged_attention(
     partition_size: int = DEFAULT_PARTITION_SIZE,
     *,
     sinks: torch.Tensor | None = None,  # [num_heads]: a per-head logit in every softmax (gpt-oss)
+    chunk_size: int | None = None,  # chunked local attention (Llama 4)
 ) -> torch.Tensor:  # [T, num_heads, head_dim]
     """Causal attention of each sequence's new tokens over its paged context (see the reference)."""
     _check_attention_inputs(query, key_cache, value_cache, meta, sliding_window, softcap)
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    masking = (sliding_window, chunk_size)
     if sinks is not None and (sinks.shape != (query.shape[1],) or sinks.device != query.device):
         raise ValueError(f"sinks must be [{query.shape[1]}] (one per query head) on {query.device}")
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if query.shape[0] == 0 or meta.num_seqs == 0:
         return out
     if meta.is_decode_only:
-        _decode(
-            query, key_cache, value_cache, meta, out, scale, sliding_window, softcap, partition_size, sinks
-        )
+        _decode(query, key_cache, value_cache, meta, out, scale, masking, softcap, partition_size, sinks)
     else:
-        _prefill(query, key_cache, value_cache, meta, out, scale, sliding_window, softcap, sinks)
+        _prefill(query, key_cache, value_cache, meta, out, scale, masking, softcap, sinks)
     return out
 
 
 def _kernel_options(
-    query: torch.Tensor, key_cache: torch.Tensor, sliding_window: int | None, softcap: float | None
+    query: torch.Tensor, key_cache: torch.Tensor, masking: tuple[int | None, int | None], softcap: float | None
 ) -> dict:
     """Constexprs shared by both attention kernels."""
     head_dim = query.shape[-1]
@@ -268,18 +278,20 @@ def _kernel_options(
         HEAD_DIM=head_dim,
         HEAD_DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=key_cache.shape[1],
-        USE_WINDOW=sliding_window is not None,
+        USE_WINDOW=masking[0] is not None,
         USE_SOFTCAP=softcap is not None,
+        USE_CHUNK=masking[1] is not None,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
     )
 
 
 def _prefill(
     query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, meta: AttentionMetadata,
-    out: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None,
+    out: torch.Tensor, scale: float, masking: tuple[int | None, int | None], softcap: float | None,
     sinks: torch.Tensor | None,
 ) -> None:  # fmt: skip
-    opts = _kernel_options(query, key_cache, sliding_window, softcap)
+    opts = _kernel_options(query, key_cache, masking, softcap)
+    sliding_window, chunk_size = masking
     group_pad = triton.next_power_of_2(opts["GROUP_SIZE"])
     block_m = max(64 if query.is_cuda else 16, group_pad)
     block_n = 64 if query.is_cuda else 16
@@ -288,17 +300,18 @@ def _prefill(
         query, key_cache, value_cache, out, meta.block_tables, meta.cu_seqlens_q, meta.seq_lens,
         query if sinks is None else sinks, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), meta.block_tables.stride(0),
-        scale, softcap or 1.0, sliding_window or 0,
+        scale, softcap or 1.0, sliding_window or 0, chunk_size or 1,
         GROUP_PAD=group_pad, BLOCK_M=block_m, BLOCK_N=block_n, USE_SINKS=sinks is not None, **opts,
     )  # fmt: skip
 
 
 def _decode(
     query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, meta: AttentionMetadata,
-    out: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None, partition_size: int,
-    sinks: torch.Tensor | None,
+    out: torch.Tensor, scale: float, masking: tuple[int | None, int | None], softcap: float | None,
+    partition_size: int, sinks: torch.Tensor | None,
 ) -> None:  # fmt: skip
-    opts = _kernel_options(query, key_cache, sliding_window, softcap)
+    opts = _kernel_options(query, key_cache, masking, softcap)
+    sliding_window, chunk_size = masking
     if partition_size < 16 or partition_size & (partition_size - 1):
         raise ValueError(f"partition_size must be a power of two >= 16, got {partition_size}")
     block_n = min(64 if query.is_cuda else 16, partition_size)
@@ -311,7 +324,8 @@ def _decode(
     _decode_partition_kernel[(num_seqs, key_cache.shape[2], num_partitions)](
         query, key_cache, value_cache, part_acc, part_ml, meta.block_tables, meta.cu_seqlens_q, meta.seq_lens,
         query.stride(0), query.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        meta.block_tables.stride(0), scale, softcap or 1.0, sliding_window or 0, num_heads, num_partitions,
+        meta.block_tables.stride(0), scale, softcap or 1.0, sliding_window or 0, chunk_size or 1, num_heads,
+        num_partitions,
         Q_ROWS=max(16, triton.next_power_of_2(opts["GROUP_SIZE"])), BLOCK_N=block_n,
         PARTITION_SIZE=partition_size, **opts,
     )  # fmt: skip

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine import model_guard
+from rollout.engine import model_guard, self_check
 from rollout.engine.model_guard import UnsupportedModelError
 from rollout.engine.self_check import check_runner, run_self_check
 from rollout.ops import paged_attention_ref
@@ -68,7 +68,7 @@ def test_self_check_refuses_a_backend_that_ignores_attention_sinks() -> None:
         return paged_attention_ref.paged_attention(*args, **kwargs)
 
     backend = AttentionBackend(paged_attention_ref.write_kv_cache, no_sinks)
-    spec = model_guard.check_model(model, 64)
+    spec = model_guard.check_model(model)
     exact = AttentionBackend(paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention)
     assert run_self_check(model, spec, exact, block_size=4) <= 1e-3
     with pytest.raises(UnsupportedModelError, match=r"model_type 'gpt_oss'.*differ .* by \d"):
@@ -99,7 +99,7 @@ def test_mla_runs_with_value_padded_to_key_width(model_type: str) -> None:
     backend = AttentionBackend(
         paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention, equal_kv_head_dims=True
     )
-    spec = model_guard.check_model(model, 64, backend)
+    spec = model_guard.check_model(model, backend)
     assert all(layer.v_head_dim == layer.k_head_dim > 12 for layer in spec.layers)
     assert run_self_check(model, spec, backend, block_size=4) <= 1e-3
 
@@ -122,23 +122,44 @@ def _drop_sinks(*args: object, sinks: torch.Tensor | None = None, **kwargs: obje
     return paged_attention_ref.paged_attention(*args, **kwargs)
 
 
-def test_llama4_within_one_attention_chunk_is_served_exactly() -> None:
-    """Refused for contexts past its chunk (above); with max_model_len <= the chunk it is plain causal."""
-    family = next(f for f in REFUSED if f.model_type == "llama4_text")
-    prompt, new = PROMPT[:5], 3
-    want = greedy_generate(build(family), prompt, new)
-    llm = LLM(model=build(family), config=EngineConfig(num_blocks=8, block_size=4, max_model_len=8))
-    params = SamplingParams(temperature=0, max_tokens=new, ignore_eos=True)
-    assert list(llm.generate([prompt], params)[0].outputs[0].token_ids) == want
+def test_llama4_chunks_and_positions_are_what_make_it_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both Llama 4 features matter in the zoo config: drop either and the load-time self-check refuses."""
+    family = _family("llama4_text")
+
+    def no_chunks(*args: object, chunk_size: int | None = None, **kwargs: object) -> torch.Tensor:
+        return paged_attention_ref.paged_attention(*args, **kwargs)
+
+    model = LLM(model=build(family), config=EngineConfig(**CONFIG)).engine.model
+    spec = model_guard.check_model(model)
+    backend = AttentionBackend(paged_attention_ref.write_kv_cache, no_chunks)
+    with pytest.raises(UnsupportedModelError, match=r"llama4_text.*differ"):
+        run_self_check(model, spec, backend, block_size=4)
+    monkeypatch.setattr(self_check, "derives_positions", lambda model: False)
+    exact = AttentionBackend(paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention)
+    with pytest.raises(UnsupportedModelError, match=r"llama4_text.*differ"):
+        run_self_check(model, spec, exact, block_size=4)
 
 
-def test_llama4_nope_layers_with_temperature_tuning_are_refused() -> None:
-    """Real Llama 4 checkpoints skip RoPE on some layers and scale their queries by a position taken
-    from transformers' cache, which the engine does not keep: refused even within one chunk."""
-    family = next(f for f in REFUSED if f.model_type == "llama4_text")
-    config = family.make_config()
-    config.no_rope_layers = [1, 0]
+def test_llama4_samples_of_several_prompts_in_one_batch_match_their_own_forward() -> None:
+    """Packed prompts of different lengths (positions unlike packed indices), n samples each."""
+    family = _family("llama4_text")
+    reference = build(family)
+    llm = LLM(model=build(family), config=EngineConfig(num_blocks=64, block_size=4, max_num_batched_tokens=16))
+    prompts = [PROMPT, PROMPT[:4], PROMPT[3:] + PROMPT]
+    params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=8, logprobs=0, ignore_eos=True)
+    for prompt, output in zip(prompts, llm.generate(prompts, params), strict=True):
+        for sample in output.outputs:
+            ids = torch.tensor([prompt + list(sample.token_ids)])
+            with torch.no_grad():
+                logits = reference(ids).logits[0, len(prompt) - 1 : -1].float()
+            expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
+            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= 1e-4
+
+
+def test_chunked_layers_without_a_chunk_size_are_refused() -> None:
+    config = _family("llama4_text").make_config()
+    config.attention_chunk_size = None
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
-    with pytest.raises(UnsupportedModelError, match=r"llama4_text.*temperature tuning"):
+    with pytest.raises(UnsupportedModelError, match=r"llama4_text.*attention_chunk_size is None"):
         LLM(model=model, config=EngineConfig(num_blocks=8, block_size=4, max_model_len=8))

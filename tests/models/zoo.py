@@ -114,6 +114,19 @@ SUPPORTED: tuple[Family, ...] = (
         "per-layer head sizes",
     ),
     Family("jetmoe", _cfg(tf.JetMoeConfig, kv_channels=16), "K/V repeated before attention"),
+    Family(
+        "llama4_text",
+        # layer 0: RoPE + chunks of 8; layer 1: NoPE, global, queries scaled by position (floor_scale 2)
+        _cfg(
+            tf.Llama4TextConfig,
+            head_dim=16,
+            attention_chunk_size=8,
+            no_rope_layers=[1, 0],
+            floor_scale=2,
+            attn_scale=0.5,
+        ),
+        "chunked local attention, temperature tuning",
+    ),
 )
 
 REFUSED: tuple[Family, ...] = (
@@ -128,11 +141,6 @@ REFUSED: tuple[Family, ...] = (
         "deepseek_v32",
         _cfg(tf.DeepseekV32Config, **{**_MLA, "q_lora_rank": 16}),
         "fails in a forward without a dense attention mask",
-    ),
-    Family(
-        "llama4_text",
-        _cfg(tf.Llama4TextConfig, head_dim=16, attention_chunk_size=8),
-        "chunked local attention",
     ),
 )
 

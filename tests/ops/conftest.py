@@ -77,9 +77,13 @@ def make_paged_batch(
 
 
 def dense_attention(
-    batch: PagedBatch, scale: float, sliding_window: int | None = None, softcap: float | None = None
+    batch: PagedBatch,
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    chunk_size: int | None = None,
 ) -> torch.Tensor:  # [T, num_heads, head_dim] fp32
-    """Plain softmax over each sequence's contiguous K/V with an explicit causal (+window) mask."""
+    """Plain softmax over each sequence's contiguous K/V with an explicit causal (+window, +chunk) mask."""
     outs = []
     starts = [0, *_cumsum(batch.meta.query_lens_cpu)]
     for s, seq_len in enumerate(batch.meta.seq_lens_cpu):
@@ -95,6 +99,8 @@ def dense_attention(
         mask = k_pos <= q_pos
         if sliding_window is not None:
             mask &= k_pos > q_pos - sliding_window
+        if chunk_size is not None:
+            mask &= k_pos // chunk_size == q_pos // chunk_size
         probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         outs.append(torch.einsum("hqk,khd->qhd", probs, v))
     return torch.cat(outs)

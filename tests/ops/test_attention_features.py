@@ -62,3 +62,14 @@ def test_reference_output_takes_the_value_head_size() -> None:
     expected = dense_attention(batch, 0.25)[..., :12]  # V's columns are independent in attention
     assert out.shape[-1] == 12
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_reference_chunked_attention_sees_only_the_query_chunk() -> None:
+    """Llama 4's local layers: keys of the query's own chunk (k // c == q // c), causal inside it."""
+    for case in (MIXED, PREFILL):
+        batch = make_paged_batch(*case, num_heads=4, num_kv_heads=2, seed=8)
+        for tile_blocks in (2, ref.DEFAULT_TILE_BLOCKS):
+            args = (batch.query, batch.key_cache, batch.value_cache, batch.meta, 0.25)
+            out = ref.paged_attention(*args, tile_blocks=tile_blocks, chunk_size=8)
+            torch.testing.assert_close(out, dense_attention(batch, 0.25, chunk_size=8), atol=1e-5, rtol=1e-5)
+            assert not torch.allclose(out, dense_attention(batch, 0.25), atol=1e-3)  # the chunks bite

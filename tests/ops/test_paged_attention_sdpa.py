@@ -39,6 +39,16 @@ def test_sdpa_path_honours_the_sliding_window(paged_batch, case: str) -> None:
     assert not torch.allclose(fast, both(batch)[0])  # the window bites here
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_sdpa_path_honours_chunked_attention(paged_batch, case: str) -> None:
+    batch = paged_batch(*CASES[case], seed=9)
+    fast, reference = both(batch, chunk_size=8)
+    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(fast, both(batch)[0])  # the chunks bite here
+    fast, reference = both(batch, sliding_window=5, chunk_size=8)
+    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
+
+
 def test_one_plan_serves_layers_with_different_windows_and_a_new_batch_replans(paged_batch) -> None:
     """Layers share the step's metadata object: the plan is reused, masks are kept per window."""
     attention = SdpaPagedAttention()
@@ -75,6 +85,7 @@ def test_a_feature_this_path_lacks_goes_to_the_reference_and_none_stays_fast(
     batch = paged_batch(*CASES["mixed"], seed=3)
     args = (batch.query, batch.key_cache, batch.value_cache, batch.meta, 0.25)
     SdpaPagedAttention()(*args, sinks=None, chunk_size=None)
+    SdpaPagedAttention()(*args, chunk_size=4)  # implemented here: stays on the fast path
     assert calls == []
     SdpaPagedAttention()(*args, sinks=torch.zeros(4))
     assert len(calls) == 1 and "sinks" in calls[0]

@@ -70,6 +70,16 @@ def test_kernels_apply_sliding_window(paged_batch, device: str, dtype: torch.dty
 
 
 @pytest.mark.parametrize(("device", "dtype"), TARGETS)
+@pytest.mark.parametrize("case", CASES)
+def test_kernels_apply_chunked_attention(paged_batch, device: str, dtype: torch.dtype, case: str) -> None:
+    """Chunks of 8 (a partition of 16 holds two; a 70-token context ends mid-chunk) and of 20."""
+    batch = paged_batch(*CASES[case], dtype=dtype, device=device, seed=13)
+    assert_matches_reference(batch, chunk_size=8)
+    assert_matches_reference(batch, chunk_size=20)
+    assert_matches_reference(batch, sliding_window=5, chunk_size=8)
+
+
+@pytest.mark.parametrize(("device", "dtype"), TARGETS)
 @pytest.mark.parametrize("case", ["decode", "mixed"])
 def test_kernels_apply_softcap(paged_batch, device: str, dtype: torch.dtype, case: str) -> None:
     batch = paged_batch(*CASES[case], dtype=dtype, device=device, seed=5)
