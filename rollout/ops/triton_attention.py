@@ -269,7 +269,10 @@ def paged_attention(
 
 
 def _kernel_options(
-    query: torch.Tensor, key_cache: torch.Tensor, masking: tuple[int | None, int | None], softcap: float | None
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    masking: tuple[int | None, int | None],
+    softcap: float | None,
 ) -> dict:
     """Constexprs shared by both attention kernels."""
     head_dim = query.shape[-1]

@@ -144,7 +144,9 @@ def test_llama4_samples_of_several_prompts_in_one_batch_match_their_own_forward(
     """Packed prompts of different lengths (positions unlike packed indices), n samples each."""
     family = _family("llama4_text")
     reference = build(family)
-    llm = LLM(model=build(family), config=EngineConfig(num_blocks=64, block_size=4, max_num_batched_tokens=16))
+    llm = LLM(
+        model=build(family), config=EngineConfig(num_blocks=64, block_size=4, max_num_batched_tokens=16)
+    )
     prompts = [PROMPT, PROMPT[:4], PROMPT[3:] + PROMPT]
     params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=8, logprobs=0, ignore_eos=True)
     for prompt, output in zip(prompts, llm.generate(prompts, params), strict=True):
