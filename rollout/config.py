@@ -27,6 +27,8 @@ class EngineConfig:
     max_staleness: int | None = None
     # At load, compare the engine's forward with the model's own on a few random sequences; refuse on a mismatch.
     self_check: bool = True
+    # Run that check again after each weight update, before it commits; on a mismatch roll it back.
+    self_check_updates: bool = False
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)

@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine import kv_sizing, model_guard, model_loader, self_check
+from rollout.engine import checked_update, kv_sizing, model_guard, model_loader, self_check
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
@@ -332,7 +332,10 @@ class LLMEngine:
         from rollout.weights.updater import apply_named_tensors, check_next_version
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
-        apply_named_tensors(self.model, named_tensors)
+        if self.config.self_check_updates:  # rolled back unless the engine still matches the model
+            checked_update.apply_checked(self.runner, named_tensors, self.max_model_len)
+        else:
+            apply_named_tensors(self.model, named_tensors)
         version = self.commit_weight_version(version)
         self.last_in_flight = policy.apply(self, version)
         self.in_flight_totals.add(self.last_in_flight)

@@ -43,17 +43,29 @@ def apply_named_tensors(model: nn.Module, named_tensors: NamedTensors, allow_par
 
     Nothing is written unless every tensor passes. Returns the number of storages written.
     """
+    writes = plan_writes(model, named_tensors, allow_partial)
+    write(writes)
+    return len(writes)
+
+
+def plan_writes(
+    model: nn.Module, named_tensors: NamedTensors, allow_partial: bool = True
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(target storage, new value) per storage to write, all validated; raises before any write."""
     items = list(iter_named_tensors(named_tensors))
     targets = model_targets(model)
     resolved = validate_manifest(
         Manifest(tuple(TensorSpec.of(n, t) for n, t in items)), targets, allow_partial
     )
-    writes = _unique_writes([(targets[resolved[name]], tensor) for name, tensor in items])
+    return _unique_writes([(targets[resolved[name]], tensor) for name, tensor in items])
+
+
+def write(writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Copies every value into its target in place and waits until the copies have landed."""
     with torch.no_grad():
         for target, tensor in writes:
             target.data.copy_(tensor, non_blocking=True)
     _synchronize(writes)
-    return len(writes)
 
 
 def _unique_writes(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:

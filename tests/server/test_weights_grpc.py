@@ -110,3 +110,18 @@ def test_a_bad_manifest_is_refused_before_any_chunk_is_sent() -> None:
         assert chunks_sent == []
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "model.norm.weight" in error.details()
         assert server.loop.engine.weight_version == 0
+
+
+def test_a_server_that_self_checks_updates_rolls_a_bad_one_back() -> None:
+    """`rollout serve --self-check-updates`: a NaN update fails the check; the call says so, the
+    old weights and version keep serving."""
+    bad = tiny_model(seed=1).state_dict()
+    bad["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+    with weight_server(seed=0, self_check_updates=True) as server, client_for(server) as client:
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(bad, transport="grpc")
+        assert "rolled back" in info.value.failures[server.address]
+        assert server.loop.engine.weight_version == 0
+        assert greedy_tokens(client) == reference_tokens(0)
+        assert client.update_weights(tiny_model(seed=1), transport="grpc") == 1
+        assert greedy_tokens(client) == reference_tokens(1)
