@@ -31,6 +31,7 @@ class LocalClient:
         self.tokenizer = make_tokenizer()
         self.restart()
         self.calls: list[tuple[int, SamplingParams]] = []
+        self.in_flight_policies: list[str] = []
         self.down = False  # a server that died and does not come back
         self.before_generate = lambda params: None  # e.g. another writer pushing its own weights
 
@@ -57,11 +58,17 @@ class LocalClient:
         self.before_generate(params)
         return self.llm.generate(prompts, params)
 
-    def update_weights(self, named_tensors: list, transport: str = "grpc") -> int:
-        return self.llm.update_weights(named_tensors)
+    def update_weights(self, named_tensors: list, transport: str = "grpc", in_flight: str = "wait") -> int:
+        self.in_flight_policies.append(in_flight)
+        return self.llm.update_weights(named_tensors, in_flight=in_flight)
 
 
-def make_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: object) -> RolloutGRPOTrainer:
+def make_trainer(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    rollout_config: RolloutConfig | None = None,
+    **config: object,
+) -> RolloutGRPOTrainer:
     monkeypatch.setattr(server_checks, "RolloutClient", LocalClient)
     tokenizer = make_tokenizer()
     args = GRPOConfig(
@@ -78,8 +85,19 @@ def make_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: obje
         **config,
     )
     return RolloutGRPOTrainer(
-        make_model(tokenizer), length_reward, args, train_dataset=make_dataset(), processing_class=tokenizer
+        make_model(tokenizer),
+        length_reward,
+        args,
+        train_dataset=make_dataset(),
+        processing_class=tokenizer,
+        rollout_config=rollout_config,
     )
+
+
+def test_pushes_use_the_configured_in_flight_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = make_trainer(tmp_path, monkeypatch, RolloutConfig(in_flight="recompute", parity_probe=False))
+    trainer.train()
+    assert trainer.rollout_client.in_flight_policies == ["recompute"] * 3
 
 
 def sample(index: int, version: int) -> CompletionOutput:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TRANSPORTS = ("grpc", "distributed", "disk")
+IN_FLIGHT_POLICIES = ("wait", "abort", "keep", "recompute")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,13 @@ class RolloutConfig:
     `untruncated_logprobs`: hand TRL, per sampled token, the server's processed logprob plus the
     log of the probability mass top-k/top-p/min-p kept (the untruncated temperature-scaled logprob
     its importance-sampling correction recomputes); False hands it the renormalised one.
+    `in_flight`: what the servers do with requests still generating when a push commits ("wait",
+    "abort", "keep", "recompute": rollout/engine/in_flight.py). Only the async mode has any.
+    `async_generation`: generate round t+1 on the servers while the trainer trains on round t
+    (async_rounds.py); TRL's importance-sampling correction then corrects the lag with the servers'
+    per-token behaviour logprobs. `max_lag`: how many pushes a trained round's oldest token may be
+    behind the trainer's weights (1: the round generated during the previous step); an older round
+    is never trained on, it is generated again.
     """
 
     server: str | list[str] = "127.0.0.1:50051"
@@ -44,6 +52,9 @@ class RolloutConfig:
     parity_probe: bool = True
     parity_tolerance: float | None = None
     untruncated_logprobs: bool = True
+    in_flight: str = "wait"
+    async_generation: bool = False
+    max_lag: int = 1
 
     def __post_init__(self) -> None:
         servers = [self.server] if isinstance(self.server, str) else list(self.server)
@@ -53,6 +64,15 @@ class RolloutConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if self.wait_timeout <= 0:
             raise ValueError(f"wait_timeout must be > 0 seconds, got {self.wait_timeout}")
+        if self.in_flight not in IN_FLIGHT_POLICIES:
+            raise ValueError(f"in_flight must be one of {IN_FLIGHT_POLICIES}, got {self.in_flight!r}")
+        if self.async_generation and self.in_flight == "abort":
+            raise ValueError(
+                'in_flight="abort" cuts the round generating during a push short, and TRL would train on '
+                'the cut samples as if complete; with async_generation use "wait", "keep" or "recompute"'
+            )
+        if isinstance(self.max_lag, bool) or not isinstance(self.max_lag, int) or self.max_lag < 1:
+            raise ValueError(f"max_lag must be an integer >= 1, got {self.max_lag!r}")
         if self.parity_tolerance is not None and not self.parity_tolerance > 0:
             raise ValueError(f"parity_tolerance must be > 0 nats (or None), got {self.parity_tolerance}")
 

@@ -25,6 +25,7 @@ from rollout.sampling_params import SamplingParams
 from rollout.weights.client_push import WeightSyncError
 
 from . import parity_probe, push_dtype, server_checks
+from .async_rounds import AsyncRounds
 from .config import RolloutConfig
 from .truncation import TruncationCorrection
 
@@ -46,6 +47,8 @@ class RolloutGeneration(VLLMGeneration):
         self.eos_token_ids = tuple(int(t) for t in trainer.eos_token_ids if t is not None)
         self.client: RolloutClient | None = None
         self.pushed_version: int | None = None
+        self.pushed_versions: list[int] = []  # every version this trainer pushed, oldest first
+        self.async_rounds: AsyncRounds | None = None  # set by the trainer in async mode
         self.served_versions: dict[str, int] = {}  # per server address, right after our last push
         self.probe_due = config.parity_probe  # after the first push and after a server lost our weights
         self.probes = 0
@@ -144,7 +147,10 @@ class RolloutGeneration(VLLMGeneration):
         named = push_dtype.cast(named, self.server_dtype)
         try:
             version = self.client.update_weights(
-                named, transport=self.rollout_config.transport, **self.rollout_config.transport_options
+                named,
+                transport=self.rollout_config.transport,
+                in_flight=self.rollout_config.in_flight,
+                **self.rollout_config.transport_options,
             )
         except (ValueError, WeightSyncError) as exc:
             mismatch = server_checks.as_model_mismatch(exc, self.rollout_config.addresses)
@@ -152,6 +158,7 @@ class RolloutGeneration(VLLMGeneration):
                 raise
             raise mismatch from exc
         self.pushed_version = int(version)
+        self.pushed_versions.append(self.pushed_version)
         self.served_versions = self._server_versions()
 
     def _probe_parity(self, where: str) -> None:
@@ -202,7 +209,13 @@ class RolloutGeneration(VLLMGeneration):
         if images is not None and any(image is not None for image in images):
             raise NotImplementedError("multimodal prompts are not supported by the rollout server")
         all_prompts = gather_object(prompts)
-        batch = self._generate_fresh(all_prompts[::num_generations], num_generations, profiler)
+        unique_prompts = [list(ids) for ids in all_prompts[::num_generations]]
+        rounds = self.async_rounds if self.model.training else None  # evaluation stays synchronous
+        batch = rounds.take(unique_prompts, num_generations) if rounds is not None else None
+        if batch is None:
+            batch = self._generate_fresh(unique_prompts, num_generations, profiler)
+        if rounds is not None:
+            rounds.submit_next(num_generations)  # round t+1 generates while the trainer trains on this one
         prompt_ids = [ids for ids in batch.prompt_ids for _ in range(num_generations)]
         start = self.accelerator.process_index * len(prompts)
         local = slice(start, start + len(prompts))

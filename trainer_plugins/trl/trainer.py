@@ -14,6 +14,7 @@ from typing import Any
 
 from trl import GRPOConfig, GRPOTrainer
 
+from .async_rounds import AsyncRounds
 from .config import RolloutConfig
 from .generation import RolloutGeneration
 from .vllm_mode_checks import check_vllm_mode_settings
@@ -47,6 +48,30 @@ class RolloutGRPOTrainer(GRPOTrainer):
         self.vllm_mode = "server"
         self._last_loaded_step = -1
         self.vllm_generation = RolloutGeneration(self, self.rollout_config)
+        self.async_rounds = self._async_rounds() if self.rollout_config.async_generation else None
+        self.vllm_generation.async_rounds = self.async_rounds
+
+    def _async_rounds(self) -> AsyncRounds:
+        """The async mode's machinery; refuses the settings under which its lag would go uncorrected."""
+        if not self.args.vllm_importance_sampling_correction:
+            raise ValueError(
+                "RolloutConfig.async_generation trains on rounds generated with older weights; "
+                "GRPOConfig.vllm_importance_sampling_correction must stay True to correct for it"
+            )
+        if self.accelerator.num_processes > 1:
+            raise NotImplementedError("RolloutConfig.async_generation runs with one training process for now")
+        return AsyncRounds(self, self.vllm_generation, self.rollout_config.max_lag)
+
+    def get_train_dataloader(self) -> Any:
+        loader = super().get_train_dataloader()
+        return loader if self.async_rounds is None else self.async_rounds.wrap(loader)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self.async_rounds is not None:
+                self.async_rounds.close()
 
     @property
     def rollout_client(self) -> Any:
