@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_metadata import AttentionMetadata
+from rollout.ops.cascade_attention import CascadePlan, cascade_attention, plan_cascade
 
 write_kv_cache = paged_attention_ref.write_kv_cache
 
@@ -58,10 +59,14 @@ class _Group:
 class SdpaPagedAttention:
     """The CPU backend's `paged_attention`: remembers the plan of the batch it last saw."""
 
+    use_cascade = True
+
     def __init__(self) -> None:
         self._planned_for: AttentionMetadata | None = None
         self._groups: list[_Group] = []
         self._in_order = False  # one decode group whose rows are the packed batch, in order
+        # Decode rows whose sequences share prompt blocks (a prompt's n samples): read them once.
+        self._cascade: CascadePlan | None = None
         # Gather destinations reused by every layer: a fresh multi-MB tensor per layer costs page
         # faults that take longer than the copy itself.
         self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
@@ -89,11 +94,16 @@ class SdpaPagedAttention:
         if meta is not self._planned_for:
             self._plan(meta, key_cache.shape[1], query.device)
         masking = (sliding_window, chunk_size)
-        if self._in_order:
+        cascade = self._cascade if masking == (None, None) else None
+        if self._in_order and cascade is None:
             group = self._groups[0]
             return _attend(query, key_cache, value_cache, group, scale, masking, self._buffer)
         out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
+        if cascade is not None:
+            cascade_attention(query, key_cache, value_cache, cascade, scale, out, self._buffer)
         for group in self._groups:
+            if cascade is not None and group.max_q == 1:
+                continue  # the decode rows, done above
             o = _attend(query[group.rows], key_cache, value_cache, group, scale, masking, self._buffer)
             if group.valid is None:
                 out[group.rows] = o
@@ -112,6 +122,8 @@ class SdpaPagedAttention:
         decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
         other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
         self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
+        cascade = self.use_cascade and decode
+        self._cascade = plan_cascade(meta, decode, block_size, device) if cascade else None
         self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
         self._planned_for = meta
 
