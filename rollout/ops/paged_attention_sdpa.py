@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_metadata import AttentionMetadata
-from rollout.ops.cascade_attention import CascadePlan, cascade_attention, plan_cascade
+from rollout.ops.cascade_attention import MAX_READ_FRACTION, CascadePlan, cascade_attention, plan_cascade
 
 write_kv_cache = paged_attention_ref.write_kv_cache
 
@@ -59,7 +59,8 @@ class _Group:
 class SdpaPagedAttention:
     """The CPU backend's `paged_attention`: remembers the plan of the batch it last saw."""
 
-    use_cascade = True
+    # Decode rows share prompt blocks: the cascade when it reads at most this fraction of the blocks.
+    cascade_read_fraction = MAX_READ_FRACTION
 
     def __init__(self) -> None:
         self._planned_for: AttentionMetadata | None = None
@@ -122,8 +123,8 @@ class SdpaPagedAttention:
         decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
         other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
         self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
-        cascade = self.use_cascade and decode
-        self._cascade = plan_cascade(meta, decode, block_size, device) if cascade else None
+        fraction = self.cascade_read_fraction
+        self._cascade = plan_cascade(meta, decode, block_size, device, fraction) if decode else None
         self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
         self._planned_for = meta
 

@@ -103,3 +103,27 @@ def test_greedy_processed_logprobs_are_the_unscaled_log_softmax() -> None:
 def test_no_logprobs_requested_returns_none() -> None:
     out = tiny_llm().generate([[5, 6, 7]], SamplingParams(max_tokens=4, seed=1))[0].outputs[0]
     assert out.logprobs is None and out.top_logprobs is None
+
+
+def test_samples_of_long_prompts_attend_through_the_cascade_exactly() -> None:
+    """n samples of 100-token prompts share 25 blocks of 4: decode takes the cascade path (the CPU
+    default backend), and every sampled token's logprob still equals a teacher-forced forward."""
+    llm = tiny_llm(block_size=4, num_blocks=512)
+    attention = llm.engine.runner.backend.paged_attention
+    plans = []
+    plan = attention._plan
+
+    def recording_plan(*args, **kwargs):
+        plan(*args, **kwargs)
+        plans.append(attention._cascade is not None)
+
+    attention._plan = recording_plan
+    reference = reference_copy(llm.engine.model)
+    prompts = random_prompts(2, 96, 104, seed=5)
+    params = SamplingParams(n=4, max_tokens=6, temperature=1.0, seed=3, logprobs=0, ignore_eos=True)
+    for prompt, output in zip(prompts, llm.generate(prompts, params), strict=True):
+        for sample in output.outputs:
+            logits = teacher_forced_logits(reference, prompt, list(sample.token_ids))
+            expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
+            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= TOL
+    assert any(plans)

@@ -77,6 +77,7 @@ def test_cascade_equals_the_reference(case: str, num_heads: int, num_kv_heads: i
     prompts, n, generated, prefill = CASES[case]
     query, kc, vc, meta = forked_batch(prompts, n, generated, num_heads, num_kv_heads, prefill)
     attention = SdpaPagedAttention()
+    attention.cascade_read_fraction = 1.0  # whenever blocks are shared, however few
     out = attention(query, kc, vc, meta, 0.25)
     assert attention._cascade is not None  # the shared blocks were found
     torch.testing.assert_close(out, ref.paged_attention(query, kc, vc, meta, 0.25), atol=1e-5, rtol=1e-5)
@@ -85,6 +86,7 @@ def test_cascade_equals_the_reference(case: str, num_heads: int, num_kv_heads: i
 def test_features_the_cascade_lacks_take_the_plain_path() -> None:
     query, kc, vc, meta = forked_batch([9, 16], 3, [[1, 5, 9], [2, 2, 3]])
     attention = SdpaPagedAttention()
+    attention.cascade_read_fraction = 1.0
     for window in (3, None):
         out = attention(query, kc, vc, meta, 0.25, sliding_window=window, chunk_size=8)
         want = ref.paged_attention(query, kc, vc, meta, 0.25, window, chunk_size=8)
@@ -100,7 +102,20 @@ def test_only_blocks_below_every_members_newest_token_are_shared() -> None:
     """Two sequences whose whole tables are the same 2 blocks, the newest token at position 7 in
     the second: only the first block is a prefix (the second holds the queries' own position)."""
     query, kc, vc, meta = forked_batch([8], 2, [[0, 0]])
-    plan = plan_cascade(meta, [0, 1], BLOCK, torch.device("cpu"))
+    plan = plan_cascade(meta, [0, 1], BLOCK, torch.device("cpu"), max_read_fraction=1.0)
     assert plan is not None and plan.prefix_keys == 4 and plan.suffix_keys == 4
-    out = SdpaPagedAttention()(query, kc, vc, meta, 0.25)
+    attention = SdpaPagedAttention()
+    attention.cascade_read_fraction = 1.0
+    out = attention(query, kc, vc, meta, 0.25)
     torch.testing.assert_close(out, ref.paged_attention(query, kc, vc, meta, 0.25), atol=1e-5, rtol=1e-5)
+
+
+def test_the_cascade_is_chosen_only_where_it_reads_far_fewer_blocks() -> None:
+    """Long shared prompts, short suffixes: ~0.2 of the blocks (taken). Short prompts, long
+    suffixes: the padded groups read more than the plain path would (declined)."""
+    cpu = torch.device("cpu")
+    _, _, _, long_prompts = forked_batch([120, 128], 8, [[1, 2, 3, 4, 5, 6, 7, 8]] * 2)
+    assert plan_cascade(long_prompts, list(range(16)), BLOCK, cpu) is not None
+    _, _, _, short_prompts = forked_batch([5, 9], 8, [[1, 40, 3, 4, 5, 6, 7, 60]] * 2)
+    assert plan_cascade(short_prompts, list(range(16)), BLOCK, cpu) is None
+    assert plan_cascade(short_prompts, list(range(16)), BLOCK, cpu, max_read_fraction=1.0) is not None
