@@ -2,11 +2,13 @@
 
 The torch reference (paged_attention_ref.py) tiles an online softmax and rebuilds its index tensors
 in every layer; here everything that depends only on the batch layout (which rows, which blocks,
-the causal / length / sliding-window / chunk masks) is planned once per step, keyed by the metadata object
-every layer shares, and each layer then gathers its blocks with one `index_select` per K and V and
-runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's group
-of query heads rides in the query-length dimension. Decode rows form one group, prefill chunks
-another (padded to their longest), so a mixed step makes two SDPA calls per layer.
+the causal / length / sliding-window / chunk masks) is planned once per step, keyed by the metadata
+object every layer shares, and each layer then gathers its blocks with one `index_select` per K and
+V and runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's
+group of query heads rides in the query-length dimension. Decode rows form one group, prefill
+chunks another (padded to their longest), so a mixed step makes two SDPA calls per layer. Decode
+rows whose sequences share many prompt blocks (a long prompt's n samples) take the cascade instead
+(cascade_attention.py), which reads the shared blocks once per prompt.
 
 Features this path does not implement (softcapping, and any keyword a newer bridge passes with a
 value) are delegated to the reference, so they keep working, exactly, only slower.
