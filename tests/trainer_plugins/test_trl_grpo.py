@@ -178,6 +178,16 @@ def test_server_with_another_vocabulary_is_refused_at_startup(tmp_path: Path) ->
         make_trainer(tmp_path, address)
 
 
+def test_every_server_is_checked_not_only_the_first(tmp_path: Path) -> None:
+    """Two servers, the second hosting another vocabulary: refused at start-up, naming that server."""
+    with (
+        running_server(tmp_path, seed=1) as good,
+        running_server(tmp_path, seed=2, vocab_size=64) as bad,
+        pytest.raises(RolloutModelMismatch, match=rf"server {bad}: .*vocab_size"),
+    ):
+        make_trainer(tmp_path, [good, bad])
+
+
 @pytest.mark.slow
 def test_restarted_server_gets_weights_again_before_generating(tmp_path: Path) -> None:
     model_dir = save_model_dir(tmp_path / "server_model", seed=1)

@@ -79,8 +79,9 @@ class RolloutGeneration(VLLMGeneration):
         self.sampling_params(1, max_tokens=1)  # fail fast on unsupported generation settings, everywhere
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
-            server_checks.check_server(self.client, self.model, self.processing_class, self.rollout_config)
-            infos = [self.client.server_info(address) for address in self.client.addresses]
+            infos = server_checks.check_server(
+                self.client, self.model, self.processing_class, self.rollout_config
+            )
             facts = (
                 push_dtype.server_dtype(infos, self.client.addresses),
                 min(i.max_model_len for i in infos),

@@ -50,12 +50,20 @@ def wait_ready(client: RolloutClient, config: RolloutConfig) -> None:
 
 def check_server(
     client: RolloutClient, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: RolloutConfig
-) -> None:
-    """Every start-up check: same architecture, vocabulary size and forward-pass config, same tokenizer."""
-    info = client.server_info()
-    check_model(info, model)
-    if config.check_vocabulary and field(info, "has_tokenizer") is not False:
+) -> list[Any]:
+    """Every start-up check: same architecture, vocabulary size and forward-pass config on every
+    server, same tokenizer. Returns each server's info, in `client.addresses` order."""
+    infos = [client.server_info(address) for address in client.addresses]
+    for address, info in zip(client.addresses, infos, strict=True):
+        try:
+            check_model(info, model)
+        except RolloutModelMismatch as exc:
+            if len(infos) == 1:
+                raise
+            raise RolloutModelMismatch(f"server {address}: {exc}") from exc
+    if config.check_vocabulary and all(field(info, "has_tokenizer") is not False for info in infos):
         check_vocabulary(client, tokenizer)
+    return infos
 
 
 def check_model(info: Any, model: PreTrainedModel) -> None:
