@@ -32,21 +32,14 @@ def test_sdpa_path_equals_the_reference(paged_batch, case: str, num_heads: int, 
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_sdpa_path_honours_the_sliding_window(paged_batch, case: str) -> None:
+@pytest.mark.parametrize(
+    "masking", [dict(sliding_window=5), dict(chunk_size=8), dict(sliding_window=5, chunk_size=8)], ids=str
+)
+def test_sdpa_path_honours_sliding_windows_and_chunks(paged_batch, case: str, masking: dict) -> None:
     batch = paged_batch(*CASES[case], seed=7)
-    fast, reference = both(batch, sliding_window=5)
+    fast, reference = both(batch, **masking)
     torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(fast, both(batch)[0])  # the window bites here
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_sdpa_path_honours_chunked_attention(paged_batch, case: str) -> None:
-    batch = paged_batch(*CASES[case], seed=9)
-    fast, reference = both(batch, chunk_size=8)
-    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(fast, both(batch)[0])  # the chunks bite here
-    fast, reference = both(batch, sliding_window=5, chunk_size=8)
-    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(fast, both(batch)[0])  # the mask bites here
 
 
 def test_one_plan_serves_layers_with_different_windows_and_a_new_batch_replans(paged_batch) -> None:
