@@ -11,10 +11,9 @@ every server through `channels` and `metadata` and keeps the distributed group b
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.generate_call import GenerateCall, attempts, deadline_of, remaining, retryable
+from rollout.load_balance import LoadBalancer, prompt_cost
+from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.server import convert
 from rollout.server.generated import rollout_pb2 as pb
@@ -71,6 +72,7 @@ class RolloutClient:
         self.channels = {a: _channel(a, tls, options) for a in self.addresses}
         self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}
         self._weight_pusher: WeightPusher | None = None
+        self.balancer = LoadBalancer(self.addresses)
 
     # ---- generation ---------------------------------------------------------------------------
 
@@ -132,10 +134,10 @@ class RolloutClient:
         prefix = request_id_prefix or uuid.uuid4().hex
         for i, message in enumerate(messages):
             message.request_id = f"{prefix}-{i}"
-        deadline = _deadline(self.timeout if timeout is None else timeout)
-        shards = {a: list(range(i, len(messages), len(self.addresses))) for i, a in enumerate(self.addresses)}
-        call = _GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
-        return call.run({a: idx for a, idx in shards.items() if idx}, messages)
+        deadline = deadline_of(self.timeout if timeout is None else timeout)
+        costs = [prompt_cost(_prompt_size(m), params.n, params.max_tokens) for m in messages]
+        call = GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
+        return call.run(messages, costs)
 
     def _generate_per_prompt(
         self,
@@ -162,6 +164,16 @@ class RolloutClient:
                 for i, output in zip(idx, future.result(), strict=True):
                     results[i] = output
         return results  # type: ignore[return-value]
+
+    @property
+    def dead_servers(self) -> dict[str, str]:
+        """Servers this client stopped sending prompts to (they stopped answering), with the error.
+
+        Only with several servers: their unfinished prompts went to the others. Weight pushes still
+        address every server, so a push fails naming a dead one rather than leaving it silently on
+        old weights; a trainer drops it (a new client without it) or restarts it.
+        """
+        return self.balancer.dead
 
     # ---- control ------------------------------------------------------------------------------
 
@@ -225,12 +237,12 @@ class RolloutClient:
 
     def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         """A unary call with the default deadline, retried while the server answers UNAVAILABLE."""
-        deadline = _deadline(self.timeout if timeout is None else timeout)
-        for attempt in _attempts(self.max_retries, deadline):
+        deadline = deadline_of(self.timeout if timeout is None else timeout)
+        for attempt in attempts(self.max_retries, deadline):
             try:
-                return method(request, timeout=_remaining(deadline), metadata=self.metadata)
+                return method(request, timeout=remaining(deadline), metadata=self.metadata)
             except grpc.RpcError as exc:
-                if not _retryable(exc) or attempt.last:
+                if not retryable(exc) or attempt.last:
                     raise
         raise AssertionError("unreachable")
 
@@ -245,129 +257,14 @@ class RolloutClient:
         self.close()
 
 
-class _GenerateCall:
-    """One `generate`: a Generate stream per server, run concurrently, retried on UNAVAILABLE."""
-
-    def __init__(
-        self,
-        client: RolloutClient,
-        params_pb: pb.SamplingParams,
-        params: SamplingParams,
-        prefix: str,
-        deadline: float | None,
-    ):
-        self.client, self.params_pb, self.params = client, params_pb, params
-        self.prefix, self.deadline = prefix, deadline
-        self._streams: list[grpc.Call] = []
-        self._lock = threading.Lock()
-        self._failed = False
-
-    def run(self, shards: dict[str, list[int]], messages: list[pb.Prompt]) -> list[RequestOutput]:
-        results: dict[int, RequestOutput] = {}
-        if len(shards) == 1:
-            ((address, indices),) = shards.items()
-            results.update(self._shard(address, indices, messages))
-            return [results[i] for i in range(len(messages))]
-        with ThreadPoolExecutor(len(shards), thread_name_prefix="rollout-client") as pool:
-            futures = [pool.submit(self._shard, a, idx, messages) for a, idx in shards.items()]
-            try:
-                for future in futures:
-                    results.update(future.result())
-            except BaseException:
-                self._cancel_all()  # one server failed: stop the others instead of waiting on them
-                raise
-        return [results[i] for i in range(len(messages))]
-
-    def _shard(self, address: str, indices: list[int], messages: list[pb.Prompt]) -> dict[int, RequestOutput]:
-        stub = self.client.stubs[address]
-        shard_id = f"{self.prefix}@{address}"
-        request = pb.GenerateRequest(
-            request_id=shard_id, prompts=[messages[i] for i in indices], params=self.params_pb
-        )
-        samples: dict[int, dict[int, CompletionOutput]] = {i: {} for i in range(len(indices))}
-        prompt_ids: dict[int, list[int]] = {}
-        for attempt in _attempts(self.client.max_retries, self.deadline):
-            try:
-                for response in self._stream(stub, request):
-                    self._record(response, samples, prompt_ids)
-                break
-            except grpc.RpcError as exc:
-                if self._failed or not _retryable(exc) or attempt.last:
-                    raise
-        return {indices[k]: self._output(messages[indices[k]], prompt_ids, k, s) for k, s in samples.items()}
-
-    def _stream(
-        self, stub: pb_grpc.RolloutServiceStub, request: pb.GenerateRequest
-    ) -> Iterator[pb.GenerateResponse]:
-        call = stub.Generate(request, timeout=_remaining(self.deadline), metadata=self.client.metadata)
-        with self._lock:
-            if self._failed:
-                call.cancel()
-            self._streams.append(call)
-        return call
-
-    def _record(
-        self,
-        response: pb.GenerateResponse,
-        samples: dict[int, dict[int, CompletionOutput]],
-        prompt_ids: dict[int, list[int]],
-    ) -> None:
-        want_logprobs = self.params.logprobs is not None
-        want_top = bool(self.params.logprobs)
-        sample = convert.sample_from_proto(response.sample, want_logprobs, want_top)
-        samples[response.prompt_index][sample.index] = sample  # a replay after a retry overwrites
-        if response.prompt_token_ids:
-            prompt_ids[response.prompt_index] = list(response.prompt_token_ids)
-
-    def _output(
-        self,
-        message: pb.Prompt,
-        prompt_ids: dict[int, list[int]],
-        k: int,
-        samples: dict[int, CompletionOutput],
-    ) -> RequestOutput:
-        if len(samples) != self.params.n or k not in prompt_ids:
-            raise RuntimeError(
-                f"server stream for {message.request_id} ended with {len(samples)}/{self.params.n} samples"
-            )
-        outputs = [samples[i] for i in sorted(samples)]
-        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None)
-
-    def _cancel_all(self) -> None:
-        with self._lock:
-            self._failed = True
-            for call in self._streams:
-                call.cancel()
-
-
-class _Attempt:
-    def __init__(self, last: bool):
-        self.last = last
-
-
-def _attempts(max_retries: int, deadline: float | None) -> Iterator[_Attempt]:
-    """Attempt markers with exponential backoff between them, bounded by retries and deadline."""
-    for attempt in range(max_retries + 1):
-        last = attempt == max_retries or (deadline is not None and time.monotonic() >= deadline)
-        yield _Attempt(last)
-        if last:
-            return
-        pause = min(0.1 * 2**attempt, 2.0)
-        if deadline is not None:
-            pause = min(pause, max(deadline - time.monotonic(), 0.0))
-        time.sleep(pause)
-
-
-def _retryable(exc: grpc.RpcError) -> bool:
-    return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+def _prompt_size(message: pb.Prompt) -> int:
+    """Tokens a prompt will take, or an upper bound (characters) when the server tokenizes it."""
+    kind = message.WhichOneof("prompt")
+    if kind == "token_ids":
+        return len(message.token_ids.ids)
+    if kind == "chat":
+        return sum(len(m.content) + len(m.role) for m in message.chat.messages)
+    return len(message.text)
 
 
 def _prompt_to_proto(prompt: PromptInput, index: int) -> pb.Prompt:

@@ -21,9 +21,11 @@ def test_several_servers_share_the_prompts_and_results_keep_prompt_order() -> No
     with serving() as a, serving() as b, RolloutClient([a.address, b.address]) as client:
         outputs = client.generate(prompts, GREEDY)
         served = [s.loop.counters["accepted"] for s in (a, b)]
+        tokens = [s.loop.stats()["num_prompt_tokens_computed"] for s in (a, b)]
     assert [o.outputs for o in outputs] == expected
     assert [o.prompt_token_ids for o in outputs] == prompts
-    assert served == [4, 3]  # round robin; each prompt's n samples stayed on one server
+    assert sum(served) == 7 and min(served) >= 1  # each prompt's n samples stayed on one server
+    assert abs(tokens[0] - tokens[1]) <= max(len(p) for p in prompts)  # spread by load, not by count
 
 
 def test_reusing_a_request_id_prefix_returns_the_first_results_without_generating() -> None:
