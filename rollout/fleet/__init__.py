@@ -1,0 +1,18 @@
+"""Fleets of rollout servers on a Ray cluster: `Fleet(num_servers=M).start().client()`.
+
+An optional layer (`pip install "rollout[ray]"`): it places ordinary `rollout serve` processes as
+Ray actors with their resources and hands back an ordinary `RolloutClient` over all of them; nothing
+under `rollout/engine` or `rollout/server` knows Ray exists, and the single-server path never
+imports it.
+"""
+
+from __future__ import annotations
+
+try:
+    import ray  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError('rollout.fleet needs Ray: pip install "rollout[ray]"') from exc
+
+from rollout.fleet.fleet import Fleet
+
+__all__ = ["Fleet"]
