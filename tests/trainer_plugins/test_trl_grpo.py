@@ -18,6 +18,7 @@ pytest.importorskip("rollout.client")
 
 from peft import LoraConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
+    CHARS,
     free_port,
     grpo_args,
     length_reward,
@@ -43,13 +44,16 @@ STARTUP_TIMEOUT = 120.0
 
 
 @contextlib.contextmanager
-def running_server(tmp_path: Path, seed: int = 1, vocab_size: int | None = None) -> Iterator[str]:
-    """A `rollout serve` child process hosting a fresh tiny model; yields its address."""
-    model_dir = tmp_path / f"server_model_{seed}_{vocab_size}"
-    if vocab_size is None:
+def running_server(
+    tmp_path: Path, seed: int = 1, vocab_size: int | None = None, chars: list[str] | None = None
+) -> Iterator[str]:
+    """A `rollout serve` child process hosting a fresh tiny model; yields its address. `chars`: the
+    server's tokenizer orders its characters so (another tokenizer, same vocabulary size)."""
+    model_dir = tmp_path / f"server_model_{seed}_{vocab_size}_{chars is not None}"
+    if vocab_size is None and chars is None:
         save_model_dir(model_dir, seed)
     else:
-        tokenizer = make_tokenizer()
+        tokenizer = make_tokenizer(*([chars] if chars else []))
         make_model(tokenizer, seed, vocab_size).save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
     log_path = tmp_path / f"server_{model_dir.name}.log"
@@ -184,6 +188,17 @@ def test_every_server_is_checked_not_only_the_first(tmp_path: Path) -> None:
         running_server(tmp_path, seed=1) as good,
         running_server(tmp_path, seed=2, vocab_size=64) as bad,
         pytest.raises(RolloutModelMismatch, match=rf"server {bad}: .*vocab_size"),
+    ):
+        make_trainer(tmp_path, [good, bad])
+
+
+def test_a_server_with_another_tokenizer_of_the_same_size_is_refused_by_name(tmp_path: Path) -> None:
+    """Same vocabulary size, characters in another order: only the tokenization probe, sent to
+    every server, can tell; the second server is named."""
+    with (
+        running_server(tmp_path, seed=1) as good,
+        running_server(tmp_path, seed=2, chars=list(reversed(CHARS))) as bad,
+        pytest.raises(RolloutModelMismatch, match=rf"server {bad}: vocabulary mismatch"),
     ):
         make_trainer(tmp_path, [good, bad])
 

@@ -25,9 +25,10 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+= abcdefghijklmnopqrstuvwxyz:,.")
 
 
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; unknown characters map to <unk>."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARS)}
+def make_tokenizer(chars: list[str] = CHARS) -> PreTrainedTokenizerFast:
+    """One token per character; unknown characters map to <unk>. Another `chars` order: another
+    tokenizer with the same vocabulary size."""
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + chars)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()

@@ -61,9 +61,18 @@ def check_server(
             if len(infos) == 1:
                 raise
             raise RolloutModelMismatch(f"server {address}: {exc}") from exc
-    if config.check_vocabulary and all(field(info, "has_tokenizer") is not False for info in infos):
-        check_vocabulary(client, tokenizer)
+    if config.check_vocabulary:
+        for address, info in zip(client.addresses, infos, strict=True):
+            if field(info, "has_tokenizer") is not False:
+                check_vocabulary(_one_server(client, address, config), tokenizer, address)
     return infos
+
+
+def _one_server(client: RolloutClient, address: str, config: RolloutConfig) -> RolloutClient:
+    """`client` itself when it has one server; else a client of just `address` (probes reach each)."""
+    if client.addresses == [address]:
+        return client
+    return RolloutClient(address, token=config.token, tls=config.tls)
 
 
 def check_model(info: Any, model: PreTrainedModel) -> None:
@@ -89,15 +98,18 @@ def check_model(info: Any, model: PreTrainedModel) -> None:
         )
 
 
-def check_vocabulary(client: RolloutClient, tokenizer: PreTrainedTokenizerBase) -> None:
+def check_vocabulary(
+    client: RolloutClient, tokenizer: PreTrainedTokenizerBase, address: str | None = None
+) -> None:
     """Tokenizes a probe string on the server and refuses a tokenizer that splits it differently."""
     params = SamplingParams(n=1, max_tokens=1, temperature=0.0)
     server_ids = list(client.generate([VOCAB_PROBE], params)[0].prompt_token_ids)
+    where = f"server {address}: " if address is not None else ""
     with_special = tokenizer(VOCAB_PROBE)["input_ids"]
     without_special = tokenizer(VOCAB_PROBE, add_special_tokens=False)["input_ids"]
     if server_ids not in (list(with_special), list(without_special)):
         raise RolloutModelMismatch(
-            f"vocabulary mismatch: the server tokenizes {VOCAB_PROBE!r} as {server_ids}, the trainer's "
+            f"{where}vocabulary mismatch: the server tokenizes {VOCAB_PROBE!r} as {server_ids}, the trainer's "
             f"tokenizer as {list(with_special)}. Serve the trainer's tokenizer (`rollout serve --model <path> "
             "--tokenizer <trainer tokenizer>`) or pass the trainer's tokenizer to the trainer."
         )
