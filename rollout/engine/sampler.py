@@ -23,6 +23,7 @@ import torch
 from rollout.engine.host_to_device import to_device
 from rollout.engine.sampling_noise import log_exponential_noise, row_state, sample_key
 from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
+from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
 
 
@@ -45,6 +46,7 @@ class SamplerOutput:
 class Sampler:
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
+        self._workspace = Workspace()  # the noise's [rows, vocab] buffers, reused every step
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
@@ -69,7 +71,7 @@ class Sampler:
         if all(greedy):
             return logprobs.argmax(dim=-1)
         states = [row_state(self._key(row), len(row.seen_token_ids)) for row in rows]
-        noise = log_exponential_noise(states, logprobs.shape[1], logprobs.device)
+        noise = log_exponential_noise(states, logprobs.shape[1], logprobs.device, self._workspace)
         sampled = noise.neg_().add_(logprobs).argmax(dim=-1)
         if not any(greedy):
             return sampled

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.ops.workspace import Workspace
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment
@@ -42,20 +43,32 @@ def row_state(key: int, position: int) -> int:
     return mix64((key + position * _GAMMA) & _MASK64)
 
 
-def log_exponential_noise(states: list[int], vocab: int, device: torch.device) -> torch.Tensor:
-    """[R, vocab] fp32: log E for E ~ Exp(1), element (r, t) from output t + 1 of row r's stream."""
-    v = stream_bits(states, vocab, device).float().mul_(2.0**-53).add_(2.0**-54)
+def log_exponential_noise(
+    states: list[int], vocab: int, device: torch.device, workspace: Workspace | None = None
+) -> torch.Tensor:
+    """[R, vocab] fp32: log E for E ~ Exp(1), element (r, t) from output t + 1 of row r's stream.
+
+    With a `workspace`, the result and every intermediate live in its reused buffers (valid until the
+    next call with the same workspace)."""
+    workspace = workspace or Workspace()
+    bits = stream_bits(states, vocab, device, workspace)
+    v = workspace.get("noise", tuple(bits.shape), torch.float32, device)
+    v.copy_(bits).mul_(2.0**-53).add_(2.0**-54)
     # v in (0, 1): fp32 rounds the top 2**-25 of the range to 1, which would make E infinite
     v.clamp_(max=1.0 - 2.0**-24)
     return v.neg_().log1p_().neg_().log_()  # log(-log(1 - v))
 
 
-def stream_bits(states: list[int], vocab: int, device: torch.device) -> torch.Tensor:
+def stream_bits(
+    states: list[int], vocab: int, device: torch.device, workspace: Workspace | None = None
+) -> torch.Tensor:
     """[R, vocab] int64: the top 53 bits of outputs 1..vocab of each row's SplitMix64 stream."""
+    workspace = workspace or Workspace()
+    shape = (len(states), vocab)
     base = to_device([_signed(s) for s in states], torch.int64, device)[:, None]
     steps = torch.arange(1, vocab + 1, dtype=torch.int64, device=device) * _signed(_GAMMA)
-    z = base + steps  # wraps modulo 2**64, as the stream does
-    scratch = torch.empty_like(z)
+    z = torch.add(base, steps, out=workspace.get("bits", shape, torch.int64, device))  # wraps mod 2**64
+    scratch = workspace.get("bits scratch", shape, torch.int64, device)
     for shift, multiplier in _MULTIPLIERS:
         z.bitwise_xor_(_logical_shift(z, shift, scratch)).mul_(_signed(multiplier))
     z.bitwise_xor_(_logical_shift(z, 31, scratch))

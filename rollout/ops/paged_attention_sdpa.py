@@ -7,8 +7,9 @@ object every layer shares, and each layer then gathers its blocks with one `inde
 V and runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's
 group of query heads rides in the query-length dimension. Decode rows form one group, prefill
 chunks another (padded to their longest), so a mixed step makes two SDPA calls per layer. Decode
-rows whose sequences share many prompt blocks (a long prompt's n samples) take the cascade instead
-(cascade_attention.py), which reads the shared blocks once per prompt.
+rows go to the compiled kernel when it was built (cpu_decode_kernel.py: it reads the cache in place,
+no gather); without it, decode rows whose sequences share many prompt blocks (a long prompt's n
+samples) take the cascade (cascade_attention.py), which reads the shared blocks once per prompt.
 
 Features this path does not implement (softcapping, and any keyword a newer bridge passes with a
 value) are delegated to the reference, so they keep working, exactly, only slower.
@@ -25,6 +26,8 @@ import torch.nn.functional as F
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.cascade_attention import MAX_READ_FRACTION, CascadePlan, cascade_attention, plan_cascade
+from rollout.ops.cpu_decode_kernel import DecodeRows, Kernel, can_run, decode_attention, plan_decode_rows
+from rollout.ops.workspace import Workspace
 
 write_kv_cache = paged_attention_ref.write_kv_cache
 
@@ -64,15 +67,15 @@ class SdpaPagedAttention:
     # Decode rows share prompt blocks: the cascade when it reads at most this fraction of the blocks.
     cascade_read_fraction = MAX_READ_FRACTION
 
-    def __init__(self) -> None:
+    def __init__(self, decode_kernel: Kernel | None = None) -> None:
+        self._decode_kernel = decode_kernel  # cpu_decode_kernel.load_decode_kernel(), when it built
         self._planned_for: AttentionMetadata | None = None
         self._groups: list[_Group] = []
         self._in_order = False  # one decode group whose rows are the packed batch, in order
         # Decode rows whose sequences share prompt blocks (a prompt's n samples): read them once.
         self._cascade: CascadePlan | None = None
-        # Gather destinations reused by every layer: a fresh multi-MB tensor per layer costs page
-        # faults that take longer than the copy itself.
-        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+        self._decode_rows: DecodeRows | None = None  # the kernel's view of the decode rows
+        self._workspace = Workspace()  # gather destinations reused by every layer and step
 
     def __call__(
         self,
@@ -97,15 +100,22 @@ class SdpaPagedAttention:
         if meta is not self._planned_for:
             self._plan(meta, key_cache.shape[1], query.device)
         masking = (sliding_window, chunk_size)
-        cascade = self._cascade if masking == (None, None) else None
+        kernel = self._decode_rows is not None and can_run(self._decode_kernel, query, key_cache, value_cache)
+        cascade = self._cascade if masking == (None, None) and not kernel else None
+        if self._in_order and kernel:
+            return self._decode_with_kernel(query, key_cache, value_cache, scale, masking)
         if self._in_order and cascade is None:
             group = self._groups[0]
             return _attend(query, key_cache, value_cache, group, scale, masking, self._buffer)
         out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
-        if cascade is not None:
+        if kernel:
+            out[self._decode_rows.rows] = self._decode_with_kernel(
+                query, key_cache, value_cache, scale, masking
+            )
+        elif cascade is not None:
             cascade_attention(query, key_cache, value_cache, cascade, scale, out, self._buffer)
         for group in self._groups:
-            if cascade is not None and group.max_q == 1:
+            if (kernel or cascade is not None) and group.max_q == 1:
                 continue  # the decode rows, done above
             o = _attend(query[group.rows], key_cache, value_cache, group, scale, masking, self._buffer)
             if group.valid is None:
@@ -114,20 +124,31 @@ class SdpaPagedAttention:
                 out[group.rows[group.valid]] = o[group.valid]
         return out
 
+    def _decode_with_kernel(
+        self,
+        query: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        scale: float,
+        masking: tuple[int | None, int | None],
+    ) -> torch.Tensor:  # [decode rows, H, Dv]
+        plan = self._decode_rows
+        return decode_attention(self._decode_kernel, query, key_cache, value_cache, plan, scale, masking)
+
     def _buffer(self, name: str, like: torch.Tensor, numel: int) -> torch.Tensor:
-        key = (name, like.dtype, like.device)
-        buffer = self._buffers.get(key)
-        if buffer is None or buffer.numel() < numel:
-            buffer = self._buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
-        return buffer[:numel]
+        return self._workspace.get(name, (numel,), like.dtype, like.device)
 
     def _plan(self, meta: AttentionMetadata, block_size: int, device: torch.device) -> None:
         decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
         other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
         self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
-        fraction = self.cascade_read_fraction
-        self._cascade = plan_cascade(meta, decode, block_size, device, fraction) if decode else None
         self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
+        kernel = self._decode_kernel is not None and decode
+        self._decode_rows = plan_decode_rows(meta, decode, self._in_order) if kernel else None
+        fraction = self.cascade_read_fraction
+        self._cascade = (
+            plan_cascade(meta, decode, block_size, device, fraction) if decode and not kernel else None
+        )
         self._planned_for = meta
 
 

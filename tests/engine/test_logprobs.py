@@ -106,10 +106,11 @@ def test_no_logprobs_requested_returns_none() -> None:
 
 
 def test_samples_of_long_prompts_attend_through_the_cascade_exactly() -> None:
-    """n samples of 100-token prompts share 25 blocks of 4: decode takes the cascade path (the CPU
-    default backend), and every sampled token's logprob still equals a teacher-forced forward."""
+    """n samples of 100-token prompts share 25 blocks of 4: without the compiled decode kernel, decode
+    takes the cascade path, and every sampled token's logprob still equals a teacher-forced forward."""
     llm = tiny_llm(block_size=4, num_blocks=512)
     attention = llm.engine.runner.backend.paged_attention
+    attention._decode_kernel = None  # the CPU backend's path where no C++ compiler is found
     plans = []
     plan = attention._plan
 

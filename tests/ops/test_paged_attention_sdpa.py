@@ -1,5 +1,6 @@
-"""The fast CPU path (one gather + one fused SDPA call per group) equals the torch reference on ragged
-batches, and hands every feature it lacks to the reference."""
+"""The fast CPU path (one gather + one fused SDPA call per group, decode rows through the compiled
+kernel when it is built) equals the torch reference on ragged batches, with and without the kernel,
+and hands every feature it lacks to the reference."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from rollout.ops import paged_attention_ref as ref
 from rollout.ops import paged_attention_sdpa
 from rollout.ops.backends import get_backend
+from rollout.ops.cpu_decode_kernel import load_decode_kernel
 from rollout.ops.paged_attention_sdpa import SdpaPagedAttention
 
 CASES = {
@@ -18,28 +20,35 @@ CASES = {
 }
 
 
-def both(batch, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+def both(batch, kernel: bool = False, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     args = (batch.query, batch.key_cache, batch.value_cache, batch.meta, 0.25)
-    return SdpaPagedAttention()(*args, **kwargs), ref.paged_attention(*args, **kwargs)
+    attention = SdpaPagedAttention(load_decode_kernel() if kernel else None)
+    return attention(*args, **kwargs), ref.paged_attention(*args, **kwargs)
 
 
+@pytest.mark.parametrize("kernel", [False, True], ids=["sdpa", "kernel"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 1), (4, 2), (2, 2)])
-def test_sdpa_path_equals_the_reference(paged_batch, case: str, num_heads: int, num_kv_heads: int) -> None:
+def test_sdpa_path_equals_the_reference(
+    paged_batch, case: str, num_heads: int, num_kv_heads: int, kernel: bool
+) -> None:
     batch = paged_batch(*CASES[case], num_heads=num_heads, num_kv_heads=num_kv_heads, seed=num_kv_heads)
-    fast, reference = both(batch)
+    fast, reference = both(batch, kernel)
     torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", [False, True], ids=["sdpa", "kernel"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize(
     "masking", [dict(sliding_window=5), dict(chunk_size=8), dict(sliding_window=5, chunk_size=8)], ids=str
 )
-def test_sdpa_path_honours_sliding_windows_and_chunks(paged_batch, case: str, masking: dict) -> None:
+def test_sdpa_path_honours_sliding_windows_and_chunks(
+    paged_batch, case: str, masking: dict, kernel: bool
+) -> None:
     batch = paged_batch(*CASES[case], seed=7)
-    fast, reference = both(batch, **masking)
+    fast, reference = both(batch, kernel, **masking)
     torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(fast, both(batch)[0])  # the mask bites here
+    assert not torch.allclose(fast, both(batch, kernel)[0])  # the mask bites here
 
 
 def test_one_plan_serves_layers_with_different_windows_and_a_new_batch_replans(paged_batch) -> None:
@@ -84,9 +93,11 @@ def test_a_feature_this_path_lacks_goes_to_the_reference_and_none_stays_fast(
     assert len(calls) == 1 and "sinks" in calls[0]
 
 
-def test_bfloat16_cache_matches_the_reference(paged_batch) -> None:
+@pytest.mark.parametrize("kernel", [False, True], ids=["sdpa", "kernel"])
+def test_bfloat16_cache_matches_the_reference(paged_batch, kernel: bool) -> None:
+    """The kernel serves fp32 only: a bf16 cache takes SDPA whether or not the kernel exists."""
     batch = paged_batch(*CASES["mixed"], dtype=torch.bfloat16, seed=5)
-    fast, reference = both(batch)
+    fast, reference = both(batch, kernel)
     torch.testing.assert_close(fast.float(), reference.float(), atol=2e-2, rtol=2e-2)
 
 

@@ -1,0 +1,111 @@
+// Paged decode attention for the CPU: one query token per sequence, keys and values read in place
+// from the paged cache through the block table (no gathered copy), exact softmax in fp32.
+//
+// Work item = (sequence, KV head): the KV head's group of query heads shares every key it loads, and
+// the sequences of one prompt (its n samples) sit next to each other, so the prompt blocks they share
+// are still in cache when the next sample reads them.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+inline void axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
+}
+
+struct Shapes {
+  int64_t heads, kv_heads, group, head_dim, v_head_dim, block_size, max_blocks;
+};
+
+// One (sequence, KV head): scores for the group's queries over keys [start, len), softmax, V sum.
+void attend_one(const float* q,            // [group, head_dim] this KV head's queries
+                const float* k_cache,      // [num_blocks, block_size, kv_heads, head_dim]
+                const float* v_cache,      // [num_blocks, block_size, kv_heads, v_head_dim]
+                const int32_t* table,      // [max_blocks]
+                int64_t start, int64_t len, int64_t kv_head, float scale, const Shapes& s,
+                std::vector<float>& scores,  // scratch, resized here
+                float* out) {              // [group, v_head_dim]
+  const int64_t g_count = s.group, n = len - start;
+  std::fill(out, out + g_count * s.v_head_dim, 0.f);
+  if (n <= 0) return;
+  scores.resize(static_cast<size_t>(g_count * n));
+  const int64_t k_stride = s.kv_heads * s.head_dim, v_stride = s.kv_heads * s.v_head_dim;
+  for (int64_t pos = start; pos < len; ++pos) {
+    const int64_t slot = static_cast<int64_t>(table[pos / s.block_size]) * s.block_size + pos % s.block_size;
+    const float* k = k_cache + slot * k_stride + kv_head * s.head_dim;
+    for (int64_t g = 0; g < g_count; ++g) scores[g * n + pos - start] = dot(q + g * s.head_dim, k, s.head_dim) * scale;
+  }
+  for (int64_t g = 0; g < g_count; ++g) {
+    float* row = scores.data() + g * n;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) max = std::max(max, row[i]);
+    float sum = 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      row[i] = std::exp(row[i] - max);
+      sum += row[i];
+    }
+    const float inv = 1.f / sum;
+    for (int64_t i = 0; i < n; ++i) row[i] *= inv;
+  }
+  for (int64_t pos = start; pos < len; ++pos) {
+    const int64_t slot = static_cast<int64_t>(table[pos / s.block_size]) * s.block_size + pos % s.block_size;
+    const float* v = v_cache + slot * v_stride + kv_head * s.v_head_dim;
+    for (int64_t g = 0; g < g_count; ++g) axpy(scores[g * n + pos - start], v, out + g * s.v_head_dim, s.v_head_dim);
+  }
+}
+
+}  // namespace
+
+// out [R, H, Dv] <- attention of query [R, H, D] (fp32, contiguous) over each row's keys
+// [starts[r], seq_lens[r]) in the paged caches; block_tables [R, max_blocks] int32.
+void paged_decode(torch::Tensor out, torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
+                  torch::Tensor block_tables, torch::Tensor seq_lens, torch::Tensor starts, double scale) {
+  TORCH_CHECK(query.dtype() == torch::kFloat32 && key_cache.dtype() == torch::kFloat32 &&
+                  value_cache.dtype() == torch::kFloat32 && out.dtype() == torch::kFloat32,
+              "paged_decode: fp32 tensors expected");
+  TORCH_CHECK(query.is_contiguous() && key_cache.is_contiguous() && value_cache.is_contiguous() &&
+                  out.is_contiguous() && block_tables.is_contiguous(),
+              "paged_decode: contiguous tensors expected");
+  TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seq_lens.dtype() == torch::kInt64 &&
+                  starts.dtype() == torch::kInt64,
+              "paged_decode: int32 block tables, int64 lengths and starts expected");
+  const int64_t rows = query.size(0);
+  Shapes s{query.size(1), key_cache.size(2), query.size(1) / key_cache.size(2), query.size(2),
+           value_cache.size(3), key_cache.size(1), block_tables.size(1)};
+  TORCH_CHECK(s.heads % s.kv_heads == 0, "paged_decode: heads must be a multiple of KV heads");
+  const float* q = query.data_ptr<float>();
+  const float* kc = key_cache.data_ptr<float>();
+  const float* vc = value_cache.data_ptr<float>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int64_t* lens = seq_lens.data_ptr<int64_t>();
+  const int64_t* first = starts.data_ptr<int64_t>();
+  float* o = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  at::parallel_for(0, rows * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t r = item / s.kv_heads, h = item % s.kv_heads;
+      const int64_t offset = (r * s.heads + h * s.group);
+      attend_one(q + offset * s.head_dim, kc, vc, tables + r * s.max_blocks, first[r], lens[r], h, sc, s, scores,
+                 o + offset * s.v_head_dim);
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode", &paged_decode, "paged decode attention (CPU, fp32)");
+}
