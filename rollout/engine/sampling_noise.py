@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.workspace import Workspace
 
 _MASK64 = (1 << 64) - 1
@@ -51,12 +52,19 @@ def log_exponential_noise(
     With a `workspace`, the result and every intermediate live in its reused buffers (valid until the
     next call with the same workspace)."""
     workspace = workspace or Workspace()
-    bits = stream_bits(states, vocab, device, workspace)
-    v = workspace.get("noise", tuple(bits.shape), torch.float32, device)
-    v.copy_(bits).mul_(2.0**-53).add_(2.0**-54)
-    # v in (0, 1): fp32 rounds the top 2**-25 of the range to 1, which would make E infinite
-    v.clamp_(max=1.0 - 2.0**-24)
+    v = workspace.get("noise", (len(states), vocab), torch.float32, device)
+    kernels = load_cpu_kernels() if device.type == "cpu" else None
+    if kernels is not None:  # the same bits in one pass (csrc/sampling_noise_cpu.cpp)
+        kernels.uniform_noise(v, torch.tensor([_signed(s) for s in states], dtype=torch.int64))
+    else:
+        uniforms(stream_bits(states, vocab, device, workspace), v)
     return v.neg_().log1p_().neg_().log_()  # log(-log(1 - v))
+
+
+def uniforms(bits: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """v in (0, 1) fp32 from 53-bit integers: fp32 rounds the top 2**-25 of the range to 1, which would
+    make E infinite, hence the clamp."""
+    return out.copy_(bits).mul_(2.0**-53).add_(2.0**-54).clamp_(max=1.0 - 2.0**-24)
 
 
 def stream_bits(

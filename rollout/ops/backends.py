@@ -13,7 +13,7 @@ import importlib.util
 import torch
 
 from rollout.ops import paged_attention_ref, paged_attention_sdpa
-from rollout.ops.cpu_decode_kernel import load_decode_kernel
+from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.hf_attention import AttentionBackend
 
 
@@ -24,9 +24,9 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend(paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention)
     if name == "sdpa":  # one instance per engine: it keeps the plan of the step it is in
-        kernel = load_decode_kernel() if device.type == "cpu" else None
+        kernels = load_cpu_kernels() if device.type == "cpu" else None
         return AttentionBackend(
-            paged_attention_sdpa.write_kv_cache, paged_attention_sdpa.SdpaPagedAttention(kernel)
+            paged_attention_sdpa.write_kv_cache, paged_attention_sdpa.SdpaPagedAttention(kernels)
         )
     if name == "triton":
         from rollout.ops import triton_attention

@@ -7,7 +7,7 @@ object every layer shares, and each layer then gathers its blocks with one `inde
 V and runs torch's fused `scaled_dot_product_attention` over them. GQA costs no copy: a KV head's
 group of query heads rides in the query-length dimension. Decode rows form one group, prefill
 chunks another (padded to their longest), so a mixed step makes two SDPA calls per layer. Decode
-rows go to the compiled kernel when it was built (cpu_decode_kernel.py: it reads the cache in place,
+rows go to the compiled kernel when it was built (cpu_paged_decode.py: it reads the cache in place,
 no gather); without it, decode rows whose sequences share many prompt blocks (a long prompt's n
 samples) take the cascade (cascade_attention.py), which reads the shared blocks once per prompt.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.cascade_attention import MAX_READ_FRACTION, CascadePlan, cascade_attention, plan_cascade
-from rollout.ops.cpu_decode_kernel import DecodeRows, Kernel, can_run, decode_attention, plan_decode_rows
+from rollout.ops.cpu_paged_decode import DecodeRows, can_run, decode_attention, plan_decode_rows
 from rollout.ops.workspace import Workspace
 
 write_kv_cache = paged_attention_ref.write_kv_cache
@@ -67,8 +68,8 @@ class SdpaPagedAttention:
     # Decode rows share prompt blocks: the cascade when it reads at most this fraction of the blocks.
     cascade_read_fraction = MAX_READ_FRACTION
 
-    def __init__(self, decode_kernel: Kernel | None = None) -> None:
-        self._decode_kernel = decode_kernel  # cpu_decode_kernel.load_decode_kernel(), when it built
+    def __init__(self, cpu_kernels: ModuleType | None = None) -> None:
+        self._kernels = cpu_kernels  # cpu_kernels.load_cpu_kernels(), when they built
         self._planned_for: AttentionMetadata | None = None
         self._groups: list[_Group] = []
         self._in_order = False  # one decode group whose rows are the packed batch, in order
@@ -100,7 +101,7 @@ class SdpaPagedAttention:
         if meta is not self._planned_for:
             self._plan(meta, key_cache.shape[1], query.device)
         masking = (sliding_window, chunk_size)
-        kernel = self._decode_rows is not None and can_run(self._decode_kernel, query, key_cache, value_cache)
+        kernel = self._decode_rows is not None and can_run(self._kernels, query, key_cache, value_cache)
         cascade = self._cascade if masking == (None, None) and not kernel else None
         if self._in_order and kernel:
             return self._decode_with_kernel(query, key_cache, value_cache, scale, masking)
@@ -133,7 +134,7 @@ class SdpaPagedAttention:
         masking: tuple[int | None, int | None],
     ) -> torch.Tensor:  # [decode rows, H, Dv]
         plan = self._decode_rows
-        return decode_attention(self._decode_kernel, query, key_cache, value_cache, plan, scale, masking)
+        return decode_attention(self._kernels, query, key_cache, value_cache, plan, scale, masking)
 
     def _buffer(self, name: str, like: torch.Tensor, numel: int) -> torch.Tensor:
         return self._workspace.get(name, (numel,), like.dtype, like.device)
@@ -143,7 +144,7 @@ class SdpaPagedAttention:
         other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
         self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
         self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
-        kernel = self._decode_kernel is not None and decode
+        kernel = self._kernels is not None and decode
         self._decode_rows = plan_decode_rows(meta, decode, self._in_order) if kernel else None
         fraction = self.cascade_read_fraction
         self._cascade = (

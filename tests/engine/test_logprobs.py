@@ -110,7 +110,7 @@ def test_samples_of_long_prompts_attend_through_the_cascade_exactly() -> None:
     takes the cascade path, and every sampled token's logprob still equals a teacher-forced forward."""
     llm = tiny_llm(block_size=4, num_blocks=512)
     attention = llm.engine.runner.backend.paged_attention
-    attention._decode_kernel = None  # the CPU backend's path where no C++ compiler is found
+    attention._kernels = None  # the CPU backend's path where no C++ compiler is found
     plans = []
     plan = attention._plan
 

@@ -10,7 +10,7 @@ import torch
 from rollout.ops import paged_attention_ref as ref
 from rollout.ops import paged_attention_sdpa
 from rollout.ops.backends import get_backend
-from rollout.ops.cpu_decode_kernel import load_decode_kernel
+from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.paged_attention_sdpa import SdpaPagedAttention
 
 CASES = {
@@ -22,7 +22,7 @@ CASES = {
 
 def both(batch, kernel: bool = False, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     args = (batch.query, batch.key_cache, batch.value_cache, batch.meta, 0.25)
-    attention = SdpaPagedAttention(load_decode_kernel() if kernel else None)
+    attention = SdpaPagedAttention(load_cpu_kernels() if kernel else None)
     return attention(*args, **kwargs), ref.paged_attention(*args, **kwargs)
 
 

@@ -105,7 +105,3 @@ void paged_decode(torch::Tensor out, torch::Tensor query, torch::Tensor key_cach
     }
   });
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode", &paged_decode, "paged decode attention (CPU, fp32)");
-}
