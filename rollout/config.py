@@ -29,11 +29,14 @@ class EngineConfig:
     self_check: bool = True
     # Run that check again after each weight update, before it commits; on a mismatch roll it back.
     self_check_updates: bool = False
+    # Ranks the model is sharded over (rollout/distributed/): one process per device, rank 0 schedules.
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.num_blocks is not None:
             _positive("num_blocks", self.num_blocks)
         if self.max_staleness is not None and (

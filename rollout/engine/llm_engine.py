@@ -92,6 +92,10 @@ class LLMEngine:
         tokenizer: model_loader.TokenizerArg = None,
     ) -> LLMEngine:
         config = config or EngineConfig()
+        if config.tensor_parallel_size > 1:  # rank 0 of N: rollout/distributed/
+            from rollout.distributed.launch import start_driver
+
+            return start_driver(model, config, tokenizer)
         hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)
         return cls(hf_model, hf_tokenizer, config, model_name=str(model))
 
@@ -329,13 +333,13 @@ class LLMEngine:
                 "update_weights needs an idle engine: drain or abort the unfinished requests first, "
                 'or pass in_flight="abort" | "keep" | "recompute"'
             )
-        from rollout.weights.updater import apply_named_tensors, check_next_version
+        from rollout.weights.updater import check_next_version
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
             checked_update.apply_checked(self.runner, named_tensors, self.max_model_len)
         else:
-            apply_named_tensors(self.model, named_tensors)
+            self.runner.write_weights(named_tensors)
         version = self.commit_weight_version(version)
         self.last_in_flight = policy.apply(self, version)
         self.in_flight_totals.add(self.last_in_flight)
@@ -349,6 +353,10 @@ class LLMEngine:
         self._weight_version = version
         self.block_manager.set_weight_version(version)
         return version
+
+    def shutdown(self) -> None:
+        """Stops what the engine runs beside this process (tensor-parallel workers); no step after it."""
+        self.runner.shutdown()
 
     def reset_prefix_cache(self) -> None:
         self.block_manager.reset_prefix_cache()

@@ -88,6 +88,12 @@ def resolve_tokenizer(
 
 def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:
     """Puts an in-memory model on the configured device/dtype and switches it to paged attention."""
+    shards = getattr(model, "_tp_size", None) or 1
+    if shards != config.tensor_parallel_size:
+        raise ValueError(
+            f"tensor_parallel_size is {config.tensor_parallel_size} but the model is sharded over {shards} "
+            "rank(s); with tensor_parallel_size > 1 pass a model path: each rank loads its own shard"
+        )
     if config.device != "auto" or config.dtype != "auto":
         device = resolve_device(config) if config.device != "auto" else model.device
         model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))

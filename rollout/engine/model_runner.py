@@ -12,10 +12,12 @@ from transformers import PreTrainedModel
 from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets
 from rollout.engine.decode_buffers import DecodeBuffers
 from rollout.engine.derived_positions import derives_positions, position_inputs
-from rollout.engine.input_batch import prepare_inputs
+from rollout.engine.input_batch import ModelInputs, prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
+from rollout.weights.manifest import NamedTensors
+from rollout.weights.updater import apply_named_tensors
 
 
 class ModelRunner:
@@ -56,7 +58,11 @@ class ModelRunner:
         copy_blocks(self.kv_caches, sched.blocks_to_copy)
         if self.decode_graphs is not None and self.decode_graphs.can_run(sched):
             return self.decode_graphs.run(sched)
-        inputs = prepare_inputs(sched, self.block_size, self.device)
+        return self.forward(prepare_inputs(sched, self.block_size, self.device))
+
+    @torch.inference_mode()
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        """One eager forward over packed inputs; fp32 logits [R, vocab] of their sampling rows."""
         context = ForwardContext(self.kv_caches, inputs.meta, self.backend)
         with forward_context(context):
             out = self.model(
@@ -67,3 +73,10 @@ class ModelRunner:
                 **position_inputs(self.derives_positions, inputs.position_ids),
             )
         return out.logits[0].float()
+
+    def write_weights(self, named_tensors: NamedTensors) -> None:
+        """Validates every tensor, then writes them all in place (rollout/weights/updater.py)."""
+        apply_named_tensors(self.model, named_tensors)
+
+    def shutdown(self) -> None:
+        """Nothing runs beside a single-device runner (the tensor-parallel driver stops its workers)."""

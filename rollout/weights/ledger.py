@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rollout.weights.manifest import Manifest, model_targets, validate_manifest
+from rollout.weights.shards import local_shard, local_tensor
 
 DEFAULT_REMEMBERED_UPDATES = 64
 
@@ -55,7 +56,10 @@ def equals_model(model: nn.Module, named_tensors: Mapping[str, torch.Tensor]) ->
     """True when every tensor equals (bit for bit) the model's tensor it would be written to."""
     targets = model_targets(model)
     resolved = validate_manifest(Manifest.of(named_tensors), targets)
-    return all(
-        torch.equal(targets[resolved[name]].detach(), tensor.to(targets[resolved[name]].device))
-        for name, tensor in named_tensors.items()
-    )
+    return all(_equal(targets[resolved[name]], tensor) for name, tensor in named_tensors.items())
+
+
+def _equal(target: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Under tensor parallelism, this rank's shard against the same cut of the full tensor."""
+    local = local_tensor(target)
+    return torch.equal(local, local_shard(target, tensor.to(local.device)))
