@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rollout.engine.sequence import Sequence
+from rollout.engine.state_pool import StatePool
 
 
 @dataclass(slots=True)
@@ -28,9 +29,17 @@ class Block:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        states: StatePool | None = None,
+    ) -> None:
         self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
+        # A hybrid model's recurrent state is not in the blocks: a prefix hit would skip computing it.
+        self.enable_prefix_caching = enable_prefix_caching and states is None
+        self.states = states  # recurrent states follow the blocks: forked and freed with them
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
@@ -113,6 +122,8 @@ class BlockManager:
         child.kv_version = parent.kv_version
         for block_id in child.block_table:
             self.blocks[block_id].ref_cnt += 1
+        if self.states is not None:
+            self.states.fork(parent.seq_id, child.seq_id)
 
     def free(self, seq: Sequence) -> None:
         for block_id in reversed(seq.block_table):
@@ -120,6 +131,8 @@ class BlockManager:
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.kv_version = None
+        if self.states is not None:  # finished, aborted or preempted: a recompute starts over
+            self.states.release(seq.seq_id)
 
     def reset_prefix_cache(self) -> None:
         """Makes every cached block unfindable; blocks in use keep their KV and stay with their owners."""

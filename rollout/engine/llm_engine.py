@@ -22,6 +22,7 @@ from rollout.engine.in_flight import InFlightPolicy, InFlightReport
 from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.provenance import extend_spans, oldest_version
+from rollout.engine.recurrent_layers import hybrid_state_pool
 from rollout.engine.request import Request
 from rollout.engine.resume import PartialSample, check_partial, resume_into
 from rollout.engine.sampler import Sampler, SampleRow
@@ -49,16 +50,17 @@ class LLMEngine:
         backend = get_backend(self.config.attention_backend, device)
         kv_spec = model_guard.check_model(self.model, backend)
         num_blocks = kv_sizing.num_blocks(self.config, self.max_model_len, kv_spec, device)
+        states = hybrid_state_pool(self.model, self.config.max_num_seqs)  # None unless recurrent layers
         self.block_manager = BlockManager(
-            num_blocks, self.config.block_size, self.config.enable_prefix_caching
+            num_blocks, self.config.block_size, self.config.enable_prefix_caching, states
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
-        self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend)
+        self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend, states)
         if self.config.self_check:
             self_check.run_self_check(
                 self.model, kv_spec, backend, self.config.block_size, self.max_model_len
             )
-        if use_cuda_graphs(self.config, device, backend):
+        if use_cuda_graphs(self.config, device, backend) and states is None:  # hybrids: per-sequence calls
             self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.sampler = Sampler(self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
@@ -374,6 +376,7 @@ class LLMEngine:
             "num_running_seqs": len(sched.running),
             "num_waiting_seqs": len(sched.waiting),
             "num_preemptions": sched.stats.num_preemptions,
+            "prefix_caching": int(bm.enable_prefix_caching),  # 0 for hybrid models (recurrent state)
             "weight_version": self._weight_version,
             **self.in_flight_totals.as_stats("in_flight_"),
             **self.last_in_flight.as_stats("last_update_"),

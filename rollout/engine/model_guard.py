@@ -12,6 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rollout.engine.kv_cache import KVCacheSpec, LayerKV
+from rollout.engine.recurrent_layers import attention_layer_indices, is_within_supported
 from rollout.ops import hf_attention
 from rollout.ops.hf_attention import AttentionBackend, AttentionCall
 
@@ -33,11 +34,14 @@ def check_model(model: PreTrainedModel, backend: AttentionBackend | None = None)
     """Refuses what the engine cannot run exactly; returns the KV cache shape of every layer."""
     text_config = model.config.get_text_config()
     name = f"{type(model).__name__} (model_type {text_config.model_type!r})"
-    _check_stateful_layers(model, name)
+    check_stateful_layers(model)
     _check_chunked_attention(text_config, name)
     calls = _probe(model, name)
-    _check_calls(calls, text_config.num_hidden_layers, name)
-    spec = KVCacheSpec(tuple(_layer_kv(call) for call in calls), model.dtype)
+    _check_calls(calls, attention_layer_indices(model), name)
+    kv = {call.layer_idx: _layer_kv(call) for call in calls}
+    # a recurrent layer keeps no KV: an empty pool keeps kv_caches indexed by layer
+    layers = tuple(kv.get(i, LayerKV(0, 1, 1)) for i in range(text_config.num_hidden_layers))
+    spec = KVCacheSpec(layers, model.dtype)
     return spec.with_equal_head_dims() if backend is not None and backend.equal_kv_head_dims else spec
 
 
@@ -59,7 +63,7 @@ def _probe(model: PreTrainedModel, name: str) -> list[AttentionCall]:
     return sorted(calls, key=lambda c: -1 if c.layer_idx is None else c.layer_idx)
 
 
-def _check_calls(calls: list[AttentionCall], num_layers: int, name: str) -> None:
+def _check_calls(calls: list[AttentionCall], layers: list[int], name: str) -> None:
     counts: dict[int | None, int] = {}
     for call in calls:
         counts[call.layer_idx] = counts.get(call.layer_idx, 0) + 1
@@ -70,9 +74,9 @@ def _check_calls(calls: list[AttentionCall], num_layers: int, name: str) -> None
             f"{name} calls attention {n} times in layer {layer} per forward; the engine keeps one KV per "
             "layer, so it cannot run this model exactly"
         )
-    if sorted(counts, key=lambda x: -1 if x is None else x) != list(range(num_layers)):
+    if sorted(counts, key=lambda x: -1 if x is None else x) != layers:
         raise UnsupportedModelError(
-            f"{name}: expected one attention call per layer (layer_idx 0..{num_layers - 1}), found layers "
+            f"{name}: expected one attention call per attention layer ({layers}), found layers "
             f"{sorted(counts, key=str)}; the engine cannot run this model exactly"
         )
     unknown = set().union(*(c.kwargs for c in calls)) - IMPLEMENTED_KWARGS - NEUTRAL_KWARGS
@@ -82,10 +86,12 @@ def _check_calls(calls: list[AttentionCall], num_layers: int, name: str) -> None
         )
 
 
-def _check_stateful_layers(model: PreTrainedModel, name: str) -> None:
+def check_stateful_layers(model: PreTrainedModel) -> None:
+    """Recurrent layers run per sequence with pooled states (recurrent_layers.py) when supported."""
+    name = f"{type(model).__name__} (model_type {model.config.get_text_config().model_type!r})"
     for module_name, module in model.named_modules():
         cls = type(module).__name__
-        if any(word in cls for word in _STATEFUL_NAMES):
+        if any(word in cls for word in _STATEFUL_NAMES) and not is_within_supported(model, module_name):
             raise UnsupportedModelError(
                 f"{name} has layers that keep state between steps ({module_name}: {cls}); the engine keeps "
                 "only the KV cache, so it cannot run this model exactly"

@@ -10,6 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
+from rollout.engine.model_guard import check_stateful_layers
+from rollout.engine.recurrent_layers import attention_layer_indices
 from rollout.ops import hf_attention
 
 logger = logging.getLogger(__name__)
@@ -106,15 +108,16 @@ def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedMod
 
 
 def _check_layer_indices(model: PreTrainedModel) -> None:
-    num_layers = model.config.get_text_config().num_hidden_layers
+    check_stateful_layers(model)  # an unsupported recurrent layer is named before the layer count
+    expected = attention_layer_indices(model)  # every layer, but a hybrid's recurrent ones
     indices = sorted(
         m.layer_idx
         for m in model.modules()
         if hasattr(m, "layer_idx") and hasattr(m, "is_causal") and m.is_causal
     )
-    if indices != list(range(num_layers)):
+    if indices != expected:
         raise ValueError(
-            f"{type(model).__name__}: expected one causal attention module per layer (layer_idx 0..{num_layers - 1}), "
+            f"{type(model).__name__}: expected one causal attention module per attention layer ({expected}), "
             f"found {indices}; this architecture is not supported"
         )
 

@@ -14,7 +14,9 @@ from rollout.engine.decode_buffers import DecodeBuffers
 from rollout.engine.derived_positions import derives_positions, position_inputs
 from rollout.engine.input_batch import ModelInputs, prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
+from rollout.engine.recurrent_layers import segments, step_segments
 from rollout.engine.scheduler import SchedulerOutput
+from rollout.engine.state_pool import StatePool
 from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
 from rollout.weights.manifest import NamedTensors
 from rollout.weights.updater import apply_named_tensors
@@ -28,8 +30,10 @@ class ModelRunner:
         num_blocks: int,
         block_size: int,
         backend: AttentionBackend,
+        states: StatePool | None = None,
     ) -> None:
         self.model = model
+        self.states = states  # a hybrid model's recurrent states, per sequence
         self.device = next(model.parameters()).device
         self.block_size = block_size
         self.backend = backend
@@ -58,7 +62,14 @@ class ModelRunner:
         copy_blocks(self.kv_caches, sched.blocks_to_copy)
         if self.decode_graphs is not None and self.decode_graphs.can_run(sched):
             return self.decode_graphs.run(sched)
-        return self.forward(prepare_inputs(sched, self.block_size, self.device))
+        inputs = prepare_inputs(sched, self.block_size, self.device)
+        if self.states is None:
+            return self.forward(inputs)
+        slots = [
+            self.states.slot(item.seq.seq_id, item.seq.num_computed_tokens == 0) for item in sched.scheduled
+        ]
+        with step_segments(segments(inputs.meta.query_lens_cpu, slots)):
+            return self.forward(inputs)
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs) -> torch.Tensor:

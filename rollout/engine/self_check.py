@@ -8,13 +8,16 @@ depart from what the engine implements; this catches the rest before anything is
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from rollout.engine.derived_positions import derives_positions, position_inputs
 from rollout.engine.kv_cache import KVCacheSpec, LayerKV, allocate_kv_caches
 from rollout.engine.model_guard import UnsupportedModelError
 from rollout.engine.model_runner import ModelRunner
+from rollout.engine.recurrent_layers import Segment, recurrent_modules, segments, step_segments
 from rollout.ops import hf_attention
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.hf_attention import AttentionBackend, ForwardContext
@@ -85,6 +88,7 @@ def _engine_logits(
     out: list[list[torch.Tensor]] = [[] for _ in seqs]
     plans = [_chunks(len(s)) for s in seqs]
     derived = derives_positions(model)
+    states = recurrent_states(model, len(seqs))
     for step in range(max(len(p) for p in plans)):
         batch = [(i, *plans[i][step]) for i in range(len(seqs)) if step < len(plans[i])]
         batch = [(i, start, end) for i, start, end in batch if end > start]
@@ -94,7 +98,8 @@ def _engine_logits(
             positions += range(start, end)
             slots += [tables[i][p // block_size] * block_size + p % block_size for p in range(start, end)]
         meta = _metadata(batch, tables, slots, device)
-        with hf_attention.forward_context(ForwardContext(kv_caches, meta, backend)):
+        split = segments(meta.query_lens_cpu, [states[i] for i, _, _ in batch]) if states else None
+        with hf_attention.forward_context(ForwardContext(kv_caches, meta, backend)), _split(split):
             position_ids = torch.tensor([positions], device=device)
             logits = (
                 model(
@@ -111,6 +116,17 @@ def _engine_logits(
             out[i].append(logits[row : row + end - start])
             row += end - start
     return [torch.cat(parts) for parts in out]
+
+
+def recurrent_states(model: PreTrainedModel, count: int) -> list[DynamicCache] | None:
+    """Fresh recurrent states for each checked sequence of a hybrid model; None for other models."""
+    if not recurrent_modules(model):
+        return None
+    return [DynamicCache(config=model.config.get_text_config()) for _ in range(count)]
+
+
+def _split(split: list[Segment] | None) -> contextlib.AbstractContextManager:
+    return step_segments(split) if split is not None else contextlib.nullcontext()
 
 
 def _metadata(

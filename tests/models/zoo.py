@@ -129,9 +129,53 @@ SUPPORTED: tuple[Family, ...] = (
     ),
 )
 
+_HYBRID_LAYERS = dict(num_hidden_layers=4, max_position_embeddings=256)
+_GATED_DELTA = dict(
+    head_dim=16,
+    linear_num_value_heads=4,
+    linear_num_key_heads=2,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+)
+
+HYBRID: tuple[Family, ...] = (
+    Family(
+        "lfm2",
+        _cfg(
+            tf.Lfm2Config, **_HYBRID_LAYERS, layer_types=["conv", "full_attention", "conv", "full_attention"]
+        ),
+        "hybrid: short convolutions",
+    ),
+    Family(
+        "qwen3_next",
+        _cfg(
+            tf.Qwen3NextConfig,
+            **_HYBRID_LAYERS,
+            **_GATED_DELTA,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        ),
+        "hybrid: Gated DeltaNet, MoE",
+    ),
+    Family(
+        "qwen3_5_text", _cfg(tf.Qwen3_5TextConfig, **_HYBRID_LAYERS, **_GATED_DELTA), "hybrid: Gated DeltaNet"
+    ),
+)
+SUPPORTED = SUPPORTED + HYBRID
+
 REFUSED: tuple[Family, ...] = (
     Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
     Family("falcon_h1", _cfg(tf.FalconH1Config), "layers that keep state between steps"),
+    Family(
+        "jamba",
+        _cfg(
+            tf.JambaConfig, num_experts=4, attn_layer_period=2, attn_layer_offset=1, use_mamba_kernels=False
+        ),
+        "layers that keep state between steps",
+    ),
     Family(
         "falcon",
         _cfg(tf.FalconConfig, new_decoder_architecture=True),

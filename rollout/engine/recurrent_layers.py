@@ -1,0 +1,145 @@
+"""Runs a hybrid model's recurrent layers per sequence over the engine's packed batch.
+
+The engine packs every scheduled sequence (prefill chunks and decodes) into one row. Attention reads
+the paged cache through the packed metadata; a recurrent layer (a convolution, a scan) would run
+across the boundaries between sequences. Each supported recurrent module's forward is wrapped once
+at load: it splits its input at the step's sequence boundaries and calls the module's own forward
+on each sequence with that sequence's states (state_pool.py) as the cache, then concatenates. The
+model's code is unchanged; only its cache argument and the split are ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from rollout.engine.state_pool import StatePool
+
+# transformers' recurrent mixers that keep their state through the cache API (get/update conv and
+# recurrent states), called as forward(hidden_states, <cache>, attention_mask, **kwargs), and that
+# continue a multi-token chunk from a carried state (chunked prefill). Jamba's and the Mamba2
+# mixers' multi-token path starts its scan from zero, so a second prefill chunk would be wrong: they
+# stay refused (the load-time self-check, which prefills in chunks, measures it: 4.7e-4 on Jamba).
+SUPPORTED = frozenset({"Lfm2ShortConv", "Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet"})
+_CACHE_ARGS = ("cache_params", "past_key_values")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Rows [start, end) of the packed batch are one sequence's tokens; `states` its cache."""
+
+    start: int
+    end: int
+    states: DynamicCache
+
+
+_SEGMENTS: ContextVar[list[Segment] | None] = ContextVar("rollout_recurrent_segments", default=None)
+
+
+@contextlib.contextmanager
+def step_segments(segments: list[Segment]) -> Iterator[None]:
+    """Makes `segments` the split every wrapped layer uses until the block exits."""
+    token = _SEGMENTS.set(segments)
+    try:
+        yield
+    finally:
+        _SEGMENTS.reset(token)
+
+
+def recurrent_modules(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if type(m).__name__ in SUPPORTED]
+
+
+def wrap_recurrent_layers(model: nn.Module) -> int:
+    """Wraps every supported recurrent module's forward (once); returns how many there are."""
+    modules = recurrent_modules(model)
+    for module in modules:
+        if not getattr(module, "_rollout_wrapped", False):
+            module.forward = _per_sequence(module.forward, _cache_arg(module))
+            module._rollout_wrapped = True
+    return len(modules)
+
+
+def _cache_arg(module: nn.Module) -> str:
+    params = inspect.signature(module.forward).parameters
+    return next(name for name in _CACHE_ARGS if name in params)
+
+
+def _per_sequence(forward, cache_arg: str):
+    @functools.wraps(forward)
+    def run(hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        segments = _SEGMENTS.get()
+        if segments is None:  # outside an engine step (the guard's probe): the module as it is
+            return forward(hidden_states, *args, **kwargs)
+        if args:
+            raise TypeError("recurrent layers are called with keyword arguments only")
+        kwargs.pop(cache_arg, None)
+        kwargs.pop("attention_mask", None)  # no padding inside a sequence's own rows
+        total = hidden_states.shape[1]
+        outs = [
+            forward(
+                hidden_states[:, s.start : s.end],
+                **{cache_arg: s.states},
+                **{k: _rows(v, s, total) for k, v in kwargs.items()},
+            )
+            for s in segments
+        ]
+        return torch.cat(outs, dim=1)
+
+    return run
+
+
+def _rows(value: object, segment: Segment, total: int) -> object:
+    """Per-token tensors ([1, T, ...]) are cut to the segment; everything else passes as it is."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dim() >= 2
+        and value.shape[1] == total
+        and value.shape[0] == 1
+    ):
+        return value[:, segment.start : segment.end]
+    return value
+
+
+def segments(query_lens: list[int], states: list[DynamicCache]) -> list[Segment]:
+    """The packed rows of each sequence of a step, in batch order, with its states."""
+    out, start = [], 0
+    for length, state in zip(query_lens, states, strict=True):
+        out.append(Segment(start, start + length, state))
+        start += length
+    return out
+
+
+def hybrid_state_pool(model: nn.Module, capacity: int) -> StatePool | None:
+    """For a model with recurrent layers: wraps them and returns the pool of their states; else None."""
+    if not wrap_recurrent_layers(model):
+        return None
+    return StatePool(model.config.get_text_config(), capacity)
+
+
+def is_within_supported(model: nn.Module, module_name: str) -> bool:
+    """True when the module named `module_name` is, contains or sits inside a supported recurrent module."""
+    supported = [name for name, m in model.named_modules() if type(m).__name__ in SUPPORTED]
+    return any(
+        module_name == name or module_name.startswith(name + ".") or name.startswith(module_name + ".")
+        for name in supported
+    )
+
+
+def recurrent_layer_indices(model: nn.Module) -> frozenset[int]:
+    """Layers whose sequence mixing is a supported recurrent module (they have no attention, no KV)."""
+    return frozenset(m.layer_idx for m in recurrent_modules(model))
+
+
+def attention_layer_indices(model: nn.Module) -> list[int]:
+    """The layers that must call attention once each: every layer of a plain model."""
+    recurrent = recurrent_layer_indices(model)
+    return [i for i in range(model.config.get_text_config().num_hidden_layers) if i not in recurrent]

@@ -1,0 +1,97 @@
+"""Hybrid models (attention + recurrent layers): per-sequence states stay exact through chunked
+prefill, n samples forked from one prompt, preemption, weight updates; prefix caching is off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rollout import LLM, EngineConfig, SamplingParams
+from tests.builders import random_prompts
+from tests.models.zoo import HYBRID, Family, build
+
+TOL = 1e-4
+FAMILIES = [f for f in HYBRID if f.model_type in ("lfm2", "qwen3_next")]
+# temperature 2 spreads the samples; "raw" logprobs are the unscaled ones a forward gives
+SEEDED = SamplingParams(
+    n=3, max_tokens=8, temperature=2.0, seed=5, logprobs=0, logprobs_mode="raw", ignore_eos=True
+)
+
+
+def hybrid_llm(family: Family, seed: int = 0, **config: object) -> LLM:
+    config = {"num_blocks": 128, "block_size": 4, "max_num_batched_tokens": 12, "max_model_len": 64, **config}
+    return LLM(model=build(family, seed), config=EngineConfig(**config))
+
+
+def teacher_forced_logprobs(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion]), use_cache=False).logits[0].float()
+    rows = logits[len(prompt) - 1 : -1].log_softmax(-1)
+    return rows.gather(1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def assert_exact(reference: torch.nn.Module, prompts: list[list[int]], outputs) -> None:
+    for prompt, output in zip(prompts, outputs, strict=True):
+        for sample in output.outputs:
+            expected = teacher_forced_logprobs(reference, prompt, list(sample.token_ids))
+            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
+def test_forked_samples_each_continue_the_prompts_state(family: Family) -> None:
+    """Prompts longer than the token budget prefill in chunks; each of a prompt's n samples continues
+    from a copy of the prompt's state: every sampled token's logprob equals a teacher-forced forward."""
+    llm = hybrid_llm(family)
+    prompts = random_prompts(3, 15, 30, seed=2)
+    outputs = llm.generate(prompts, SEEDED)
+    assert_exact(build(family), prompts, outputs)
+    assert len({tuple(s.token_ids) for o in outputs for s in o.outputs}) > len(prompts)  # samples differ
+    assert len(llm.engine.runner.states) == 0  # every slot given back
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
+def test_preempted_sequences_recompute_their_state_from_scratch(family: Family) -> None:
+    roomy = hybrid_llm(family).generate(random_prompts(4, 15, 30, seed=3), SEEDED)
+    tight = hybrid_llm(family, num_blocks=24)
+    prompts = random_prompts(4, 15, 30, seed=3)
+    outputs = tight.generate(prompts, SEEDED)
+    assert tight.engine.stats()["num_preemptions"] > 0
+    assert [[s.token_ids for s in o.outputs] for o in outputs] == [
+        [s.token_ids for s in o.outputs] for o in roomy
+    ]
+    assert_exact(build(family), prompts, outputs)
+
+
+def test_prefix_caching_is_off_and_the_stats_say_so() -> None:
+    """A hit would skip computing the recurrent state of the cached tokens: never reused."""
+    llm = hybrid_llm(FAMILIES[0])
+    prompt = random_prompts(1, 30, 30, seed=4)
+    greedy = SamplingParams(max_tokens=4, temperature=0.0)
+    assert (
+        llm.generate(prompt, greedy)[0].outputs[0].token_ids
+        == llm.generate(prompt, greedy)[0].outputs[0].token_ids
+    )
+    stats = llm.engine.stats()
+    assert stats["prefix_caching"] == 0 and stats["num_prefix_hit_tokens"] == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
+def test_after_an_update_outputs_equal_a_fresh_engine(family: Family) -> None:
+    llm = hybrid_llm(family)
+    prompts = random_prompts(2, 15, 30, seed=6)
+    llm.generate(prompts, SEEDED)
+    new = build(family, seed=1)
+    llm.engine.update_weights(new.state_dict())
+    fresh = hybrid_llm(family, seed=1)
+    got, want = llm.generate(prompts, SEEDED), fresh.generate(prompts, SEEDED)
+    assert [[s.token_ids for s in o.outputs] for o in got] == [[s.token_ids for s in o.outputs] for o in want]
+    assert_exact(new, prompts, got)
+
+
+def test_an_unsupported_recurrent_layer_is_refused_by_name() -> None:
+    """Jamba's Mamba mixer restarts its scan on every multi-token chunk: refused, not run wrong."""
+    from tests.models.zoo import REFUSED
+
+    jamba = next(f for f in REFUSED if f.model_type == "jamba")
+    with pytest.raises(ValueError, match="keep state between steps .*Jamba"):
+        LLM(model=build(jamba), config=EngineConfig(num_blocks=32))
