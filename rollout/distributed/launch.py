@@ -77,6 +77,11 @@ def build_engine(
     path: str | os.PathLike, config: EngineConfig, group: TPGroup, tokenizer: TokenizerArg
 ) -> LLMEngine:
     engine = LLMEngine(load_shard(path, config, group.device), tokenizer, config, model_name=str(path))
+    if engine.runner.states is not None:  # the step message carries no recurrent-state slots
+        raise ValueError(
+            "tensor_parallel_size > 1 does not support hybrid models (recurrent layers) yet; serve it with "
+            "tensor_parallel_size=1"
+        )
     pools = group.all_gather_object(engine.block_manager.num_blocks)
     if len(set(pools)) > 1:  # block ids chosen on rank 0 must exist in every rank's pool
         raise ValueError(

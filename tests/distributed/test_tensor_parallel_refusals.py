@@ -32,6 +32,16 @@ def test_an_in_memory_model_is_refused() -> None:
         LLM(model=tiny_model(), config=EngineConfig(tensor_parallel_size=2, num_blocks=16))
 
 
+def test_a_hybrid_model_is_refused(tmp_path: Path) -> None:
+    """Recurrent states live per sequence on the rank that schedules; the step message does not carry them."""
+    from tests.models.zoo import HYBRID, build
+
+    qwen3_next = next(f for f in HYBRID if f.model_type == "qwen3_next")
+    build(qwen3_next).save_pretrained(tmp_path / "qwen3_next")
+    with pytest.raises(ValueError, match="tensor_parallel_size > 1 does not support hybrid models"):
+        tp_llm(tmp_path / "qwen3_next")
+
+
 def test_checked_updates_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="self_check_updates"):
         tp_llm(saved_model(tmp_path / "llama", "llama"), self_check_updates=True)
