@@ -21,6 +21,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from rollout import LLM, EngineConfig
@@ -49,6 +51,9 @@ def tiny_config(arch: str = "llama", **overrides: object):
         return Qwen2Config(**{**_COMMON, **overrides})
     if arch == "qwen3":
         return Qwen3Config(**{**_COMMON, "head_dim": 16, **overrides})
+    if arch == "qwen3_moe":
+        moe = dict(head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+        return Qwen3MoeConfig(**{**_COMMON, **moe, **overrides})
     if arch == "mistral":
         return MistralConfig(**{**_COMMON, "sliding_window": None, **overrides})
     if arch == "gpt2":
@@ -63,6 +68,7 @@ _CLASSES = {
     "llama": LlamaForCausalLM,
     "qwen2": Qwen2ForCausalLM,
     "qwen3": Qwen3ForCausalLM,
+    "qwen3_moe": Qwen3MoeForCausalLM,
     "mistral": MistralForCausalLM,
     "gpt2": GPT2LMHeadModel,
 }
