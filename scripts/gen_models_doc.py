@@ -34,9 +34,7 @@ tuning derives positions from a cache length, so the engine hands such models a 
 length per token is its true position minus its packed index (`rollout/engine/derived_positions.py`).
 
 Hybrid models (attention + recurrent layers; marked "hybrid" below) run their recurrent layers per
-sequence with states pooled beside the KV cache, prefix caching off (docs/hybrid_models.md). Jamba,
-Falcon-H1 and the Mamba2 hybrids stay refused: their mixers restart the scan on every multi-token
-chunk, so chunked prefill would be wrong.
+sequence with states pooled beside the KV cache, prefix caching off (docs/hybrid_models.md).
 """
 
 

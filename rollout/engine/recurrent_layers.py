@@ -24,11 +24,23 @@ from transformers import DynamicCache
 from rollout.engine.state_pool import StatePool
 
 # transformers' recurrent mixers that keep their state through the cache API (get/update conv and
-# recurrent states), called as forward(hidden_states, <cache>, attention_mask, **kwargs), and that
-# continue a multi-token chunk from a carried state (chunked prefill). Jamba's and the Mamba2
-# mixers' multi-token path starts its scan from zero, so a second prefill chunk would be wrong: they
-# stay refused (the load-time self-check, which prefills in chunks, measures it: 4.7e-4 on Jamba).
-SUPPORTED = frozenset({"Lfm2ShortConv", "Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet"})
+# recurrent states), called as forward(hidden_states, <cache>, attention_mask, **kwargs).
+SUPPORTED = frozenset(
+    {
+        "Lfm2ShortConv",
+        "Qwen3NextGatedDeltaNet",
+        "Qwen3_5GatedDeltaNet",
+        "JambaMambaMixer",
+        "BambaMixer",
+        "GraniteMoeHybridMambaLayer",
+        "FalconH1Mixer",
+    }
+)
+# Mixers whose multi-token path starts its scan from a zero state (Jamba's selective scan takes no
+# initial state): a chunk that continues a carried state goes through their one-token path, token by
+# token, which is exact. The load-time self-check prefills in chunks, so a mixer missing here that
+# needed it would be refused, not run wrong (it measured 4.7e-4 on Jamba before this).
+_STEPWISE = frozenset({"JambaMambaMixer"})
 _CACHE_ARGS = ("cache_params", "past_key_values")
 
 
@@ -63,7 +75,8 @@ def wrap_recurrent_layers(model: nn.Module) -> int:
     modules = recurrent_modules(model)
     for module in modules:
         if not getattr(module, "_rollout_wrapped", False):
-            module.forward = _per_sequence(module.forward, _cache_arg(module))
+            stepwise = type(module).__name__ in _STEPWISE
+            module.forward = _per_sequence(module.forward, _cache_arg(module), module.layer_idx, stepwise)
             module._rollout_wrapped = True
     return len(modules)
 
@@ -73,7 +86,7 @@ def _cache_arg(module: nn.Module) -> str:
     return next(name for name in _CACHE_ARGS if name in params)
 
 
-def _per_sequence(forward, cache_arg: str):
+def _per_sequence(forward, cache_arg: str, layer_idx: int, stepwise: bool):
     @functools.wraps(forward)
     def run(hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
         segments = _SEGMENTS.get()
@@ -84,17 +97,28 @@ def _per_sequence(forward, cache_arg: str):
         kwargs.pop(cache_arg, None)
         kwargs.pop("attention_mask", None)  # no padding inside a sequence's own rows
         total = hidden_states.shape[1]
+        pieces = [p for s in segments for p in _pieces(s, stepwise and _carries_state(s, layer_idx))]
         outs = [
-            forward(
-                hidden_states[:, s.start : s.end],
-                **{cache_arg: s.states},
-                **{k: _rows(v, s, total) for k, v in kwargs.items()},
-            )
-            for s in segments
+            forward(hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total))
+            for p in pieces
         ]
         return torch.cat(outs, dim=1)
 
     return run
+
+
+def _carries_state(segment: Segment, layer_idx: int) -> bool:
+    return segment.states.get_conv_state(layer_idx) is not None
+
+
+def _pieces(segment: Segment, one_by_one: bool) -> list[Segment]:
+    if not one_by_one:
+        return [segment]
+    return [Segment(row, row + 1, segment.states) for row in range(segment.start, segment.end)]
+
+
+def _cut(kwargs: dict[str, object], segment: Segment, total: int) -> dict[str, object]:
+    return {k: _rows(v, segment, total) for k, v in kwargs.items()}
 
 
 def _rows(value: object, segment: Segment, total: int) -> object:
@@ -135,8 +159,13 @@ def is_within_supported(model: nn.Module, module_name: str) -> bool:
 
 
 def recurrent_layer_indices(model: nn.Module) -> frozenset[int]:
-    """Layers whose sequence mixing is a supported recurrent module (they have no attention, no KV)."""
-    return frozenset(m.layer_idx for m in recurrent_modules(model))
+    """Layers whose only sequence mixing is a supported recurrent module (no attention, no KV); a layer
+    that runs attention beside its recurrent module (Falcon-H1) is not one of them."""
+    recurrent = {m.layer_idx for m in recurrent_modules(model)}
+    attention = {
+        m.layer_idx for m in model.modules() if getattr(m, "is_causal", False) and hasattr(m, "layer_idx")
+    }
+    return frozenset(recurrent - attention)
 
 
 def attention_layer_indices(model: nn.Module) -> list[int]:

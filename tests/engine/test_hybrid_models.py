@@ -11,7 +11,7 @@ from tests.builders import random_prompts
 from tests.models.zoo import HYBRID, Family, build
 
 TOL = 1e-4
-FAMILIES = [f for f in HYBRID if f.model_type in ("lfm2", "qwen3_next")]
+FAMILIES = [f for f in HYBRID if f.model_type in ("lfm2", "qwen3_next", "jamba", "bamba")]
 # temperature 2 spreads the samples; "raw" logprobs are the unscaled ones a forward gives
 SEEDED = SamplingParams(
     n=3, max_tokens=8, temperature=2.0, seed=5, logprobs=0, logprobs_mode="raw", ignore_eos=True
@@ -89,9 +89,9 @@ def test_after_an_update_outputs_equal_a_fresh_engine(family: Family) -> None:
 
 
 def test_an_unsupported_recurrent_layer_is_refused_by_name() -> None:
-    """Jamba's Mamba mixer restarts its scan on every multi-token chunk: refused, not run wrong."""
+    """A recurrent layer the adapter has not been verified on (Nemotron-H's Mamba2 mixer) is refused."""
     from tests.models.zoo import REFUSED
 
-    jamba = next(f for f in REFUSED if f.model_type == "jamba")
-    with pytest.raises(ValueError, match="keep state between steps .*Jamba"):
-        LLM(model=build(jamba), config=EngineConfig(num_blocks=32))
+    nemotron_h = next(f for f in REFUSED if f.model_type == "nemotron_h")
+    with pytest.raises(ValueError, match="keep state between steps .*NemotronHMamba2Mixer"):
+        LLM(model=build(nemotron_h), config=EngineConfig(num_blocks=32))

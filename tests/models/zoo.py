@@ -139,6 +139,8 @@ _GATED_DELTA = dict(
     layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
 )
 
+_MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=16)
+
 HYBRID: tuple[Family, ...] = (
     Family(
         "lfm2",
@@ -163,16 +165,54 @@ HYBRID: tuple[Family, ...] = (
     Family(
         "qwen3_5_text", _cfg(tf.Qwen3_5TextConfig, **_HYBRID_LAYERS, **_GATED_DELTA), "hybrid: Gated DeltaNet"
     ),
+    Family(
+        "jamba",
+        _cfg(
+            tf.JambaConfig,
+            **_HYBRID_LAYERS,
+            attn_layer_period=2,
+            attn_layer_offset=1,
+            num_experts=4,
+            mamba_dt_rank=8,
+            use_mamba_kernels=False,
+        ),
+        "hybrid: Mamba (continued chunks token by token), MoE",
+    ),
+    Family(
+        "bamba",
+        _cfg(tf.BambaConfig, **_HYBRID_LAYERS, attn_layer_indices=[1, 3], **_MAMBA2),
+        "hybrid: Mamba2",
+    ),
+    Family(
+        "granitemoehybrid",
+        _cfg(
+            tf.GraniteMoeHybridConfig,
+            **_HYBRID_LAYERS,
+            layer_types=["mamba", "attention", "mamba", "attention"],
+            num_local_experts=4,
+            **_MAMBA2,
+        ),
+        "hybrid: Mamba2, MoE (Granite 4)",
+    ),
+    Family(
+        "falcon_h1",
+        _cfg(tf.FalconH1Config, mamba_d_ssm=128, head_dim=16, **_MAMBA2),
+        "hybrid: Mamba2 beside attention in every layer",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 
 REFUSED: tuple[Family, ...] = (
     Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
-    Family("falcon_h1", _cfg(tf.FalconH1Config), "layers that keep state between steps"),
     Family(
-        "jamba",
+        "nemotron_h",
         _cfg(
-            tf.JambaConfig, num_experts=4, attn_layer_period=2, attn_layer_offset=1, use_mamba_kernels=False
+            tf.NemotronHConfig,
+            layers_block_type=["mamba", "attention"],
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            ssm_state_size=8,
+            n_groups=1,
         ),
         "layers that keep state between steps",
     ),
