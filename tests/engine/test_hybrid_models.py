@@ -95,3 +95,31 @@ def test_an_unsupported_recurrent_layer_is_refused_by_name() -> None:
     nemotron_h = next(f for f in REFUSED if f.model_type == "nemotron_h")
     with pytest.raises(ValueError, match="keep state between steps .*NemotronHMamba2Mixer"):
         LLM(model=build(nemotron_h), config=EngineConfig(num_blocks=32))
+
+
+@pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f.model_type)
+def test_an_update_with_recompute_mid_generation_restarts_the_states(family: Family) -> None:
+    """in_flight="recompute": the running samples' states are computed again from their tokens under
+    the new weights; the tokens sampled after the update have the new model's teacher-forced logprobs."""
+    llm = hybrid_llm(family)
+    engine, prompt = llm.engine, random_prompts(1, 20, 20, seed=8)[0]
+    params = SamplingParams(
+        n=2, max_tokens=10, temperature=2.0, seed=3, logprobs=0, logprobs_mode="raw", ignore_eos=True
+    )
+    engine.add_request("r", prompt, params)
+    while not any(seq.num_output_tokens >= 4 for seq in engine.requests["r"].sequences):
+        engine.step()
+    before = engine.requests["r"].sequences[0].num_output_tokens
+    new = build(family, seed=1)
+    engine.update_weights(new.state_dict(), in_flight="recompute")
+    samples = []
+    while engine.has_unfinished_requests():
+        samples += [s for out in engine.step() for s in out.outputs]
+    for sample in samples:
+        tokens = list(sample.token_ids)
+        got = torch.tensor(sample.logprobs)
+        old = teacher_forced_logprobs(build(family), prompt, tokens)
+        fresh = teacher_forced_logprobs(new, prompt, tokens)
+        assert (got[:before] - old[:before]).abs().max().item() <= TOL
+        assert (got[before:] - fresh[before:]).abs().max().item() <= TOL
+    assert len(engine.runner.states) == 0
