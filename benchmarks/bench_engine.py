@@ -19,7 +19,14 @@ import json
 import logging
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
+)
 
 from rollout.bench import side_by_side, systems
 
@@ -34,6 +41,29 @@ SHAPES = {
             num_hidden_layers=4,
             num_attention_heads=4,
             num_key_value_heads=2,
+            vocab_size=4096,
+        ),
+    ),
+    # a hybrid (docs/hybrid_models.md): Gated DeltaNet layers between full-attention layers
+    "qwen3-next-tiny": (
+        Qwen3NextConfig,
+        Qwen3NextForCausalLM,
+        dict(
+            hidden_size=256,
+            intermediate_size=768,
+            moe_intermediate_size=256,
+            shared_expert_intermediate_size=256,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
             vocab_size=4096,
         ),
     ),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from rollout.engine.stacked_states import StackedStates
 from rollout.engine.state_pool import StatePool
 
 # transformers' recurrent mixers that keep their state through the cache API (get/update conv and
@@ -98,11 +99,23 @@ def _per_sequence(forward, cache_arg: str, layer_idx: int, stepwise: bool):
         kwargs.pop("attention_mask", None)  # no padding inside a sequence's own rows
         total = hidden_states.shape[1]
         pieces = [p for s in segments for p in _pieces(s, stepwise and _carries_state(s, layer_idx))]
-        outs = [
-            forward(hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total))
-            for p in pieces
-        ]
-        return torch.cat(outs, dim=1)
+        # whole one-token segments only: the token-by-token pieces of one chunk depend on each other
+        decodes = [p for p in segments if p.end - p.start == 1 and _carries_state(p, layer_idx)]
+        if len(decodes) < 2 or stepwise:  # Jamba's one-token path differs when batched (self-check: 5e-3)
+            decodes = []
+        out = torch.empty_like(hidden_states)
+        if decodes:  # one call for every one-token row that continues a state
+            rows = torch.tensor([p.start for p in decodes], device=hidden_states.device)
+            stacked = StackedStates([p.states for p in decodes], layer_idx)
+            out[0, rows] = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})[:, 0]
+            stacked.scatter()
+        batched = set(map(id, decodes))
+        for p in pieces:
+            if id(p) not in batched:
+                out[:, p.start : p.end] = forward(
+                    hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total)
+                )
+        return out
 
     return run
 
