@@ -31,6 +31,8 @@ SUPPORTED = frozenset(
         "Lfm2ShortConv",
         "Qwen3NextGatedDeltaNet",
         "Qwen3_5GatedDeltaNet",
+        "Qwen3_5MoeGatedDeltaNet",
+        "Lfm2MoeShortConv",
         "JambaMambaMixer",
         "BambaMixer",
         "GraniteMoeHybridMambaLayer",

@@ -166,6 +166,32 @@ HYBRID: tuple[Family, ...] = (
         "qwen3_5_text", _cfg(tf.Qwen3_5TextConfig, **_HYBRID_LAYERS, **_GATED_DELTA), "hybrid: Gated DeltaNet"
     ),
     Family(
+        "qwen3_5_moe_text",
+        _cfg(
+            tf.Qwen3_5MoeTextConfig,
+            **_HYBRID_LAYERS,
+            **_GATED_DELTA,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        ),
+        "hybrid: Gated DeltaNet, MoE",
+    ),
+    Family(
+        "lfm2_moe",
+        _cfg(
+            tf.Lfm2MoeConfig,
+            **_HYBRID_LAYERS,
+            layer_types=["conv", "full_attention", "conv", "full_attention"],
+            num_dense_layers=1,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+        ),
+        "hybrid: short convolutions, MoE",
+    ),
+    Family(
         "jamba",
         _cfg(
             tf.JambaConfig,
