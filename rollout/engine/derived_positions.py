@@ -10,6 +10,8 @@ each token's true position, in integers, bit for bit. Every other model's inputs
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import PreTrainedModel
 
@@ -25,20 +27,29 @@ class PackedPositions:
         return positions - torch.arange(positions.shape[0], device=positions.device)
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *args: object,
+        **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The paged cache is written by the attention bridge; nothing is kept here."""
         return key_states, value_states
 
 
-def derives_positions(model: PreTrainedModel) -> bool:
-    """True when a layer computes positions from the cache length (Llama 4 temperature tuning)."""
-    return any(
+def derives_positions(model: PreTrainedModel) -> str | None:
+    """The forward keyword that takes the stand-in cache when a layer computes positions from the cache
+    length (Llama 4 temperature tuning), else None: `cache` (transformers >= 5.24), or `past_key_values`."""
+    derived = any(
         getattr(module, "attn_temperature_tuning", False) and not getattr(module, "use_rope", True)
         for module in model.modules()
     )
+    if not derived:
+        return None
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def position_inputs(derived: bool, position_ids: torch.Tensor) -> dict[str, object]:
-    """The extra forward keywords for a model (`derived`: `derives_positions(model)`, computed once)."""
-    return {"past_key_values": PackedPositions(position_ids)} if derived else {}
+def position_inputs(keyword: str | None, position_ids: torch.Tensor) -> dict[str, object]:
+    """The extra forward keywords for a model (`keyword`: `derives_positions(model)`, computed once)."""
+    return {keyword: PackedPositions(position_ids)} if keyword else {}

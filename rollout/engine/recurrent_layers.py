@@ -44,7 +44,7 @@ SUPPORTED = frozenset(
 # token, which is exact. The load-time self-check prefills in chunks, so a mixer missing here that
 # needed it would be refused, not run wrong (it measured 4.7e-4 on Jamba before this).
 _STEPWISE = frozenset({"JambaMambaMixer"})
-_CACHE_ARGS = ("cache_params", "past_key_values")
+_CACHE_ARGS = ("cache_params", "past_key_values", "cache")  # "cache": transformers >= 5.24
 
 
 @dataclass(frozen=True)

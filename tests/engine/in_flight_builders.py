@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
@@ -43,13 +45,15 @@ def keep_reference(
     """transformers itself: the old model fills a DynamicCache with all of `ids` but the last token,
     the new weights are loaded, and greedy decoding continues on that cache for `num_new` tokens."""
     cache = DynamicCache(config=old_model.config)
+    # transformers >= 5.24 names the argument `cache` (past_key_values is deprecated)
+    keyword = "cache" if "cache" in inspect.signature(old_model.forward).parameters else "past_key_values"
     tokens, logprobs = [], []
     with torch.no_grad():
-        old_model(torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
+        old_model(torch.tensor([ids[:-1]]), **{keyword: cache}, use_cache=True)
         old_model.load_state_dict(new_state)
         last = ids[-1]
         for _ in range(num_new):
-            logits = old_model(torch.tensor([[last]]), past_key_values=cache, use_cache=True).logits[0, -1]
+            logits = old_model(torch.tensor([[last]]), **{keyword: cache}, use_cache=True).logits[0, -1]
             row = torch.log_softmax(logits.float(), dim=-1)
             last = int(row.argmax())
             tokens.append(last)
