@@ -20,8 +20,9 @@ from math import inf
 
 import torch
 
+from rollout.engine.exponential_race import exponential_race
 from rollout.engine.host_to_device import to_device
-from rollout.engine.sampling_noise import log_exponential_noise, row_state, sample_key
+from rollout.engine.sampling_noise import row_state, sample_key
 from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
@@ -71,8 +72,7 @@ class Sampler:
         if all(greedy):
             return logprobs.argmax(dim=-1)
         states = [row_state(self._key(row), len(row.seen_token_ids)) for row in rows]
-        noise = log_exponential_noise(states, logprobs.shape[1], logprobs.device, self._workspace)
-        sampled = noise.neg_().add_(logprobs).argmax(dim=-1)
+        sampled = exponential_race(logprobs, states, self._workspace)
         if not any(greedy):
             return sampled
         is_greedy = to_device(greedy, torch.bool, logprobs.device)

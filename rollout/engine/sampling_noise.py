@@ -55,7 +55,7 @@ def log_exponential_noise(
     v = workspace.get("noise", (len(states), vocab), torch.float32, device)
     kernels = load_cpu_kernels() if device.type == "cpu" else None
     if kernels is not None:  # the same bits in one pass (csrc/sampling_noise_cpu.cpp)
-        kernels.uniform_noise(v, torch.tensor([_signed(s) for s in states], dtype=torch.int64))
+        kernels.uniform_noise(v, state_tensor(states))
     else:
         uniforms(stream_bits(states, vocab, device, workspace), v)
     return v.neg_().log1p_().neg_().log_()  # log(-log(1 - v))
@@ -86,6 +86,11 @@ def stream_bits(
 def _logical_shift(z: torch.Tensor, shift: int, out: torch.Tensor) -> torch.Tensor:
     """z >>> shift (torch shifts int64 arithmetically: the sign bits are masked off)."""
     return torch.bitwise_right_shift(z, shift, out=out).bitwise_and_((1 << (64 - shift)) - 1)
+
+
+def state_tensor(states: list[int]) -> torch.Tensor:
+    """[R] int64 on the CPU: the states' 64 bits, as the compiled kernels take them."""
+    return torch.tensor([_signed(s) for s in states], dtype=torch.int64)
 
 
 def _signed(value: int) -> int:

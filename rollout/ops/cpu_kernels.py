@@ -3,7 +3,8 @@
 Two hot spots of a CPU decode step are memory traffic that torch ops cannot avoid: attention over a
 paged cache (gather every sequence's blocks into a dense copy, then read it again) and the sampling
 noise (ten passes over [rows, vocab] int64 temporaries). The kernels do each in one pass
-(cpu_paged_decode.py, engine/sampling_noise.py). A C++ compiler is needed at first use; the build is
+(cpu_paged_decode.py, engine/sampling_noise.py), and the sampler's race takes logs only of the tokens
+that can win (engine/exponential_race.py). A C++ compiler is needed at first use; the build is
 cached in torch's extension directory, one per CPU capability. Without a compiler, or with
 ROLLOUT_CPU_KERNELS=0, the torch paths serve, exactly, only slower; a failed build says so once.
 """
@@ -21,13 +22,13 @@ import torch
 logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "ROLLOUT_CPU_KERNELS"
-_SOURCES = ("bindings.cpp", "paged_decode_cpu.cpp", "sampling_noise_cpu.cpp")
+_SOURCES = ("bindings.cpp", "paged_decode_cpu.cpp", "sampling_noise_cpu.cpp", "exponential_race_cpu.cpp")
 _CAPABILITY_FLAGS = {"AVX2": ["-mavx2", "-mfma"], "AVX512": ["-mavx512f", "-mavx2", "-mfma"]}
 
 
 @functools.cache
 def load_cpu_kernels() -> ModuleType | None:
-    """The compiled module (`paged_decode`, `uniform_noise`), or None when disabled or unbuildable."""
+    """The compiled module (`paged_decode`, `uniform_noise`, `exponential_race`), or None when disabled or unbuildable."""
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return None
     try:

@@ -14,6 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rollout import SamplingParams
+from rollout.engine import sampler as sampler_module
 from rollout.engine.sampler import Sampler, SampleRow
 from tests.engine.op_recorder import OpRecorder
 
@@ -57,9 +58,14 @@ def test_top_k_uses_a_partial_topk_and_only_top_p_sorts() -> None:
     assert "sort" in ops_of([SamplingParams(temperature=1.0, top_p=0.9)] * 2)
 
 
-def test_an_all_greedy_batch_draws_no_noise() -> None:
-    assert "log1p_" not in ops_of([SamplingParams(temperature=0)] * 4)
-    assert "log1p_" in ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
+def test_an_all_greedy_batch_draws_no_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    races = []
+    race = sampler_module.exponential_race
+    monkeypatch.setattr(sampler_module, "exponential_race", lambda *args: races.append(1) or race(*args))
+    ops_of([SamplingParams(temperature=0)] * 4)
+    assert not races
+    ops_of([SamplingParams(temperature=0), SamplingParams(temperature=1.0)])
+    assert races == [1]
 
 
 MIXED_PARAMS = [

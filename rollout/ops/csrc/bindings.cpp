@@ -5,8 +5,15 @@
 void paged_decode(torch::Tensor out, torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
                   torch::Tensor block_tables, torch::Tensor seq_lens, torch::Tensor starts, double scale);
 void uniform_noise(torch::Tensor out, torch::Tensor states);
+bool race_available();
+void exponential_race(torch::Tensor tokens, torch::Tensor logprobs, torch::Tensor states);
+void exponential_race_scores(torch::Tensor tokens, torch::Tensor scores, torch::Tensor logprobs,
+                             torch::Tensor states);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", &paged_decode, "paged decode attention over the KV cache in place (CPU, fp32)");
   m.def("uniform_noise", &uniform_noise, "the sampling noise's uniforms, one pass (CPU)");
+  m.def("race_available", &race_available, "whether exponential_race finds MKL's and Sleef's functions");
+  m.def("exponential_race", &exponential_race, "the sampler's exponential race, one pass per row (CPU)");
+  m.def("exponential_race_scores", &exponential_race_scores, "exponential_race, also writing every score");
 }

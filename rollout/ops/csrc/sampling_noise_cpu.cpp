@@ -6,22 +6,10 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
-#include <algorithm>
-#include <cstdint>
+#include "noise_uniform.h"
 
-namespace {
-
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-
-inline float uniform(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  const float v = static_cast<float>(static_cast<int64_t>(z >> 11)) * 0x1p-53f + 0x1p-54f;
-  return std::min(v, 1.0f - 0x1p-24f);  // fp32 rounds the top of the range to 1
-}
-
-}  // namespace
+using rollout_noise::kGamma;
+using rollout_noise::uniform;
 
 // out [R, V] fp32 <- v(r, t) for the stream state states[r] (int64, the uint64 state's bits).
 void uniform_noise(torch::Tensor out, torch::Tensor states) {
