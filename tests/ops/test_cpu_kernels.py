@@ -33,10 +33,21 @@ def test_the_environment_switch_turns_them_off(monkeypatch) -> None:
 @pytest.mark.parametrize(
     "masking", [{}, dict(sliding_window=6), dict(chunk_size=8), dict(sliding_window=3, chunk_size=8)], ids=str
 )
+@pytest.mark.parametrize(("head_dim", "block_size"), [(32, 16), (64, 16), (128, 16), (64, 5)])
 def test_decode_rows_equal_the_reference(
-    paged_batch, num_heads: int, num_kv_heads: int, masking: dict
+    paged_batch, num_heads: int, num_kv_heads: int, masking: dict, head_dim: int, block_size: int
 ) -> None:
-    batch = paged_batch([1, 9, 16, 33, 70], [1] * 5, num_heads, num_kv_heads, head_dim=32, seed=num_heads)
+    """Head sizes 64 and 128 take the register-tiled path (eight keys per reduction), 32 the generic one;
+    block size 5 makes runs of keys shorter than a tile."""
+    batch = paged_batch(
+        [1, 9, 16, 33, 70],
+        [1] * 5,
+        num_heads,
+        num_kv_heads,
+        head_dim=head_dim,
+        block_size=block_size,
+        seed=num_heads,
+    )
     args = (batch.query, batch.key_cache, batch.value_cache)
     plan = DecodeRows(None, batch.meta.block_tables, batch.meta.seq_lens.long())
     masks = (masking.get("sliding_window"), masking.get("chunk_size"))

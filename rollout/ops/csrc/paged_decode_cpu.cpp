@@ -7,6 +7,9 @@
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -48,9 +51,109 @@ inline float exp_approx(float x) {
   return p * scale;
 }
 
+// Calls visit(pos, slot) for pos in [start, len), block by block (no division per key).
+template <typename Visit>
+inline void for_each_key(int64_t start, int64_t len, const int32_t* table, int64_t block_size, Visit&& visit) {
+  for (int64_t b = start / block_size, first = b * block_size; first < len; ++b, first += block_size) {
+    const int64_t base = static_cast<int64_t>(table[b]) * block_size - first;
+    for (int64_t pos = std::max(start, first); pos < std::min(len, first + block_size); ++pos) visit(pos, base + pos);
+  }
+}
+
 struct Shapes {
   int64_t heads, kv_heads, group, head_dim, v_head_dim, block_size, max_blocks;
 };
+
+// Calls visit(first_pos, end_pos, first_slot) for each block's run of keys in [start, len).
+template <typename Visit>
+inline void for_each_run(int64_t start, int64_t len, const int32_t* table, int64_t block_size, Visit&& visit) {
+  for (int64_t b = start / block_size, first = b * block_size; first < len; ++b, first += block_size) {
+    const int64_t from = std::max(start, first), to = std::min(len, first + block_size);
+    visit(from, to, static_cast<int64_t>(table[b]) * block_size + from - first);
+  }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+// Lane j <- the sum of a[j]'s eight lanes.
+inline __m256 sum8(const __m256* a) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Scores of one query against eight consecutive keys (stride apart): eight dot products, one reduction.
+template <int D>
+inline __m256 dot8(const float* q, const float* k, int64_t stride) {
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int d = 0; d < D; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + j * stride + d), acc[j]);
+  }
+  return sum8(acc);
+}
+
+template <int D>
+void scores_tiled(const float* q, const float* k_head, int64_t stride, const int32_t* table, int64_t start,
+                  int64_t len, float scale, const Shapes& s, float* scores) {
+  const int64_t n = len - start;
+  const __m256 sc = _mm256_set1_ps(scale);
+  for_each_run(start, len, table, s.block_size, [&](int64_t from, int64_t to, int64_t slot) {
+    for (int64_t g = 0; g < s.group; ++g) {
+      const float* qg = q + g * D;
+      float* row = scores + g * n - start;
+      int64_t pos = from;
+      for (; pos + 8 <= to; pos += 8)
+        _mm256_storeu_ps(row + pos, _mm256_mul_ps(dot8<D>(qg, k_head + (slot + pos - from) * stride, stride), sc));
+      for (; pos < to; ++pos) row[pos] = dot(qg, k_head + (slot + pos - from) * stride, D) * scale;
+    }
+  });
+}
+
+// out[g] <- sum over keys of p[g, key] * v[key], the D-wide accumulator held in registers 64 lanes at a time.
+template <int D>
+void values_tiled(const float* p, const float* v_head, int64_t stride, const int32_t* table, int64_t start,
+                  int64_t len, const Shapes& s, float* out) {
+  const int64_t n = len - start;
+  for (int64_t g = 0; g < s.group; ++g) {
+    for (int half = 0; half < D; half += 64) {
+      __m256 acc[8];
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+      for_each_run(start, len, table, s.block_size, [&](int64_t from, int64_t to, int64_t slot) {
+        for (int64_t pos = from; pos < to; ++pos) {
+          const __m256 w = _mm256_set1_ps(p[g * n + pos - start]);
+          const float* v = v_head + (slot + pos - from) * stride + half;
+          for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), acc[c]);
+        }
+      });
+      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + g * D + half + 8 * c, acc[c]);
+    }
+  }
+}
+
+#endif
+
+// The register-tiled paths for head sizes 64 and 128 (keys and values alike); false: use the generic one.
+bool tiled_scores(const float* q, const float* k_head, int64_t stride, const int32_t* table, int64_t start,
+                  int64_t len, float scale, const Shapes& s, float* scores) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (s.head_dim != s.v_head_dim) return false;
+  if (s.head_dim == 64) return scores_tiled<64>(q, k_head, stride, table, start, len, scale, s, scores), true;
+  if (s.head_dim == 128) return scores_tiled<128>(q, k_head, stride, table, start, len, scale, s, scores), true;
+#endif
+  return false;
+}
+
+bool tiled_values(const float* p, const float* v_head, int64_t stride, const int32_t* table, int64_t start,
+                  int64_t len, const Shapes& s, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (s.head_dim != s.v_head_dim) return false;
+  if (s.head_dim == 64) return values_tiled<64>(p, v_head, stride, table, start, len, s, out), true;
+  if (s.head_dim == 128) return values_tiled<128>(p, v_head, stride, table, start, len, s, out), true;
+#endif
+  return false;
+}
 
 // One (sequence, KV head): scores for the group's queries over keys [start, len), softmax, V sum.
 void attend_one(const float* q,            // [group, head_dim] this KV head's queries
@@ -65,15 +168,17 @@ void attend_one(const float* q,            // [group, head_dim] this KV head's q
   if (n <= 0) return;
   scores.resize(static_cast<size_t>(g_count * n));
   const int64_t k_stride = s.kv_heads * s.head_dim, v_stride = s.kv_heads * s.v_head_dim;
-  for (int64_t pos = start; pos < len; ++pos) {
-    const int64_t slot = static_cast<int64_t>(table[pos / s.block_size]) * s.block_size + pos % s.block_size;
-    const float* k = k_cache + slot * k_stride + kv_head * s.head_dim;
-    for (int64_t g = 0; g < g_count; ++g) scores[g * n + pos - start] = dot(q + g * s.head_dim, k, s.head_dim) * scale;
+  if (!tiled_scores(q, k_cache + kv_head * s.head_dim, k_stride, table, start, len, scale, s, scores.data())) {
+    for_each_key(start, len, table, s.block_size, [&](int64_t pos, int64_t slot) {
+      const float* k = k_cache + slot * k_stride + kv_head * s.head_dim;
+      for (int64_t g = 0; g < g_count; ++g) scores[g * n + pos - start] = dot(q + g * s.head_dim, k, s.head_dim) * scale;
+    });
   }
   for (int64_t g = 0; g < g_count; ++g) {
     float* row = scores.data() + g * n;
     float max = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) max = std::max(max, row[i]);
+#pragma omp simd reduction(max : max)
+    for (int64_t i = 0; i < n; ++i) max = row[i] > max ? row[i] : max;
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < n; ++i) {
@@ -83,11 +188,11 @@ void attend_one(const float* q,            // [group, head_dim] this KV head's q
     const float inv = 1.f / sum;
     for (int64_t i = 0; i < n; ++i) row[i] *= inv;
   }
-  for (int64_t pos = start; pos < len; ++pos) {
-    const int64_t slot = static_cast<int64_t>(table[pos / s.block_size]) * s.block_size + pos % s.block_size;
+  if (tiled_values(scores.data(), v_cache + kv_head * s.v_head_dim, v_stride, table, start, len, s, out)) return;
+  for_each_key(start, len, table, s.block_size, [&](int64_t pos, int64_t slot) {
     const float* v = v_cache + slot * v_stride + kv_head * s.v_head_dim;
     for (int64_t g = 0; g < g_count; ++g) axpy(scores[g * n + pos - start], v, out + g * s.v_head_dim, s.v_head_dim);
-  }
+  });
 }
 
 }  // namespace
