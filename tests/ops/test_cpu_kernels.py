@@ -33,12 +33,14 @@ def test_the_environment_switch_turns_them_off(monkeypatch) -> None:
 @pytest.mark.parametrize(
     "masking", [{}, dict(sliding_window=6), dict(chunk_size=8), dict(sliding_window=3, chunk_size=8)], ids=str
 )
-@pytest.mark.parametrize(("head_dim", "block_size"), [(32, 16), (64, 16), (128, 16), (64, 5)])
+@pytest.mark.parametrize(
+    ("head_dim", "block_size"), [(24, 16), (32, 16), (64, 16), (96, 16), (128, 16), (256, 16), (64, 5)]
+)
 def test_decode_rows_equal_the_reference(
     paged_batch, num_heads: int, num_kv_heads: int, masking: dict, head_dim: int, block_size: int
 ) -> None:
-    """Head sizes 64 and 128 take the register-tiled path (eight keys per reduction), 32 the generic one;
-    block size 5 makes runs of keys shorter than a tile."""
+    """Head sizes 32, 64, 96, 128 and 256 take the register-tiled path (eight keys per reduction), 24 the
+    generic one; block size 5 makes runs of keys shorter than a tile."""
     batch = paged_batch(
         [1, 9, 16, 33, 70],
         [1] * 5,

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -111,49 +112,66 @@ void scores_tiled(const float* q, const float* k_head, int64_t stride, const int
   });
 }
 
-// out[g] <- sum over keys of p[g, key] * v[key], the D-wide accumulator held in registers 64 lanes at a time.
+// out[g] <- sum over keys of p[g, key] * v[key], the accumulator held in registers W lanes at a time.
 template <int D>
 void values_tiled(const float* p, const float* v_head, int64_t stride, const int32_t* table, int64_t start,
                   int64_t len, const Shapes& s, float* out) {
+  constexpr int W = D % 64 == 0 ? 64 : 32, C = W / 8;
   const int64_t n = len - start;
   for (int64_t g = 0; g < s.group; ++g) {
-    for (int half = 0; half < D; half += 64) {
-      __m256 acc[8];
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+    for (int part = 0; part < D; part += W) {
+      __m256 acc[C];
+      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
       for_each_run(start, len, table, s.block_size, [&](int64_t from, int64_t to, int64_t slot) {
         for (int64_t pos = from; pos < to; ++pos) {
           const __m256 w = _mm256_set1_ps(p[g * n + pos - start]);
-          const float* v = v_head + (slot + pos - from) * stride + half;
-          for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), acc[c]);
+          const float* v = v_head + (slot + pos - from) * stride + part;
+          for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), acc[c]);
         }
       });
-      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + g * D + half + 8 * c, acc[c]);
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * D + part + 8 * c, acc[c]);
     }
   }
 }
 
 #endif
 
-// The register-tiled paths for head sizes 64 and 128 (keys and values alike); false: use the generic one.
+// The register-tiled paths for the common head sizes (keys and values alike); false: use the generic one.
+#if defined(__AVX2__) && defined(__FMA__)
+template <typename Tiled>
+bool dispatch_head_dim(const Shapes& s, Tiled&& tiled) {
+  if (s.head_dim != s.v_head_dim) return false;
+  switch (s.head_dim) {
+    case 32: return tiled(std::integral_constant<int, 32>{}), true;
+    case 64: return tiled(std::integral_constant<int, 64>{}), true;
+    case 96: return tiled(std::integral_constant<int, 96>{}), true;
+    case 128: return tiled(std::integral_constant<int, 128>{}), true;
+    case 256: return tiled(std::integral_constant<int, 256>{}), true;
+    default: return false;
+  }
+}
+
 bool tiled_scores(const float* q, const float* k_head, int64_t stride, const int32_t* table, int64_t start,
                   int64_t len, float scale, const Shapes& s, float* scores) {
-#if defined(__AVX2__) && defined(__FMA__)
-  if (s.head_dim != s.v_head_dim) return false;
-  if (s.head_dim == 64) return scores_tiled<64>(q, k_head, stride, table, start, len, scale, s, scores), true;
-  if (s.head_dim == 128) return scores_tiled<128>(q, k_head, stride, table, start, len, scale, s, scores), true;
-#endif
-  return false;
+  return dispatch_head_dim(s, [&](auto d) {
+    scores_tiled<decltype(d)::value>(q, k_head, stride, table, start, len, scale, s, scores);
+  });
 }
 
 bool tiled_values(const float* p, const float* v_head, int64_t stride, const int32_t* table, int64_t start,
                   int64_t len, const Shapes& s, float* out) {
-#if defined(__AVX2__) && defined(__FMA__)
-  if (s.head_dim != s.v_head_dim) return false;
-  if (s.head_dim == 64) return values_tiled<64>(p, v_head, stride, table, start, len, s, out), true;
-  if (s.head_dim == 128) return values_tiled<128>(p, v_head, stride, table, start, len, s, out), true;
-#endif
+  return dispatch_head_dim(s, [&](auto d) {
+    values_tiled<decltype(d)::value>(p, v_head, stride, table, start, len, s, out);
+  });
+}
+#else
+bool tiled_scores(const float*, const float*, int64_t, const int32_t*, int64_t, int64_t, float, const Shapes&, float*) {
   return false;
 }
+bool tiled_values(const float*, const float*, int64_t, const int32_t*, int64_t, int64_t, const Shapes&, float*) {
+  return false;
+}
+#endif
 
 // One (sequence, KV head): scores for the group's queries over keys [start, len), softmax, V sum.
 void attend_one(const float* q,            // [group, head_dim] this KV head's queries
