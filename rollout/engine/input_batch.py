@@ -28,19 +28,24 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
     logits_indices: list[int] = []
     for item in sched.scheduled:
         seq, start = item.seq, item.seq.num_computed_tokens
-        end = start + item.num_new_tokens
-        input_ids.extend(seq.token_ids[start:end])
-        positions.extend(range(start, end))
         table = seq.block_table
-        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
+        if item.num_new_tokens == 1:  # a decode: the common row, without the slices and generators
+            input_ids.append(seq.token_ids[start])
+            positions.append(start)
+            slots.append(table[start // block_size] * block_size + start % block_size)
+            end = start + 1
+        else:
+            end = start + item.num_new_tokens
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
         query_lens.append(item.num_new_tokens)
         seq_lens.append(end)
         if item.samples:
             logits_indices.append(len(input_ids) - 1)
     max_blocks = max(len(item.seq.block_table) for item in sched.scheduled)
-    tables = [
-        item.seq.block_table + [0] * (max_blocks - len(item.seq.block_table)) for item in sched.scheduled
-    ]
+    padding = [0] * max_blocks
+    tables = [(t := item.seq.block_table) + padding[len(t) :] for item in sched.scheduled]
     cu_seqlens = [0]
     for q_len in query_lens:
         cu_seqlens.append(cu_seqlens[-1] + q_len)
