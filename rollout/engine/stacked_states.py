@@ -49,16 +49,27 @@ class StackedStates:
         return self.recurrent[state_idx].copy_(recurrent_states)
 
     def scatter(self) -> None:
-        """Each sequence's row of the updated stack back into its own slot."""
+        """Each sequence's slot takes its row of the updated stack, as a view (no copy): the next step's
+        stack is a fresh tensor (torch.cat), so no row is ever written through another's view."""
         for row, slot in enumerate(self.slots):
             layer = slot.layers[self.layer_idx]
             for stacks, owns in ((self.conv, layer.conv_states), (self.recurrent, layer.recurrent_states)):
                 for i, stacked in stacks.items():
                     if stacked is not None:
-                        owns[i].copy_(stacked[row : row + 1])
+                        owns[i] = stacked[row : row + 1]
 
 
 def _stack(states: list[torch.Tensor | None]) -> torch.Tensor | None:
     if states[0] is None:
         return None
     return torch.cat(states, dim=0)
+
+
+def own_storage(slot: DynamicCache) -> None:
+    """Replaces every state of `slot` that is a row view of a step's stack by its own copy (one row), so
+    that copying the slot (a fork) does not copy whole stacks."""
+    for layer in slot.layers:
+        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
+            for i, state in (states or {}).items():
+                if state is not None and state._base is not None:
+                    states[i] = state.clone()

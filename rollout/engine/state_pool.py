@@ -16,6 +16,8 @@ import copy
 
 from transformers import DynamicCache, PretrainedConfig
 
+from rollout.engine.stacked_states import own_storage
+
 
 class StatePool:
     def __init__(self, config: PretrainedConfig, capacity: int) -> None:
@@ -38,7 +40,9 @@ class StatePool:
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """`child_id` continues from `parent_id`'s state (a prompt's other samples, after its prefill)."""
-        self._slots[child_id] = copy.deepcopy(self._slots[parent_id])
+        parent = self._slots[parent_id]
+        own_storage(parent)  # a state left as a view of a batched decode's stack (stacked_states.py)
+        self._slots[child_id] = copy.deepcopy(parent)
 
     def release(self, seq_id: int) -> None:
         self._slots.pop(seq_id, None)

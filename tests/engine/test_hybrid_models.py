@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
+from rollout.engine.state_pool import StatePool
 from tests.builders import random_prompts
 from tests.models.zoo import HYBRID, Family, build
 
@@ -123,3 +124,20 @@ def test_an_update_with_recompute_mid_generation_restarts_the_states(family: Fam
         assert (got[:before] - old[:before]).abs().max().item() <= TOL
         assert (got[before:] - fresh[before:]).abs().max().item() <= TOL
     assert len(engine.runner.states) == 0
+
+
+def test_a_fork_copies_the_parents_row_not_the_decode_stack_it_views() -> None:
+    """After a batched decode a slot's states are row views of that step's stack (stacked_states.py);
+    a fork then copies one row each, with the parent's values, and the child's state is its own."""
+    family = next(f for f in HYBRID if f.model_type == "qwen3_next")
+    pool = StatePool(build(family, 0).config, capacity=4)
+    parent = pool.slot(0, fresh=True)
+    index = next(i for i, layer in enumerate(parent.layers) if hasattr(layer, "conv_states"))
+    stack = torch.randn(16, 8, 4)
+    parent.layers[index].conv_states[0] = stack[5:6]
+    pool.fork(0, 1)
+    child = pool.slot(1, fresh=False).layers[index].conv_states[0]
+    assert torch.equal(child, stack[5:6])
+    assert child.untyped_storage().nbytes() == stack[5:6].numel() * stack.element_size()
+    child.add_(1.0)
+    assert torch.equal(parent.layers[index].conv_states[0], stack[5:6])
