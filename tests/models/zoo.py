@@ -130,6 +130,9 @@ SUPPORTED: tuple[Family, ...] = (
 )
 
 _HYBRID_LAYERS = dict(num_hidden_layers=4, max_position_embeddings=256)
+_SHARED_EXPERT_MOE = dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32
+)
 _GATED_DELTA = dict(
     head_dim=16,
     linear_num_value_heads=4,
@@ -155,10 +158,7 @@ HYBRID: tuple[Family, ...] = (
             tf.Qwen3NextConfig,
             **_HYBRID_LAYERS,
             **_GATED_DELTA,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
+            **_SHARED_EXPERT_MOE,
         ),
         "hybrid: Gated DeltaNet, MoE",
     ),
@@ -171,10 +171,7 @@ HYBRID: tuple[Family, ...] = (
             tf.Qwen3_5MoeTextConfig,
             **_HYBRID_LAYERS,
             **_GATED_DELTA,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
+            **_SHARED_EXPERT_MOE,
         ),
         "hybrid: Gated DeltaNet, MoE",
     ),
