@@ -54,7 +54,8 @@ def race_kernels() -> ModuleType | None:
 
 
 def _reproduces_torch(kernels: ModuleType) -> bool:
-    """Scores and winners equal bit for bit on rows that cross the kernel's blocks, with -inf and NaN."""
+    """Scores and winners (full pass and shortcut) equal bit for bit on rows that cross the kernel's
+    blocks, with -inf and NaN."""
     generator = torch.Generator().manual_seed(0)
     logprobs = torch.log_softmax(torch.randn(6, 2 * 1024 + 13, generator=generator) * 4, dim=-1)
     logprobs[1, ::3] = float("-inf")  # truncated tokens
@@ -66,4 +67,7 @@ def _reproduces_torch(kernels: ModuleType) -> bool:
     same_scores = torch.equal(scores.isnan(), expected.isnan()) and torch.equal(
         scores.nan_to_num(), expected.nan_to_num()
     )
-    return same_scores and torch.equal(tokens, expected.argmax(dim=-1))
+    shortcut = torch.empty(6, dtype=torch.int64)  # the production path: logs only where a token can win
+    kernels.exponential_race(shortcut, logprobs, state_tensor(states))
+    winners = expected.argmax(dim=-1)
+    return same_scores and torch.equal(tokens, winners) and torch.equal(shortcut, winners)
