@@ -9,6 +9,7 @@ import torch
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine.state_pool import StatePool
 from tests.builders import random_prompts
+from tests.engine.in_flight_builders import keep_reference
 from tests.models.zoo import HYBRID, Family, build
 
 TOL = 1e-4
@@ -141,3 +142,28 @@ def test_a_fork_copies_the_parents_row_not_the_decode_stack_it_views() -> None:
     assert child.untyped_storage().nbytes() == stack[5:6].numel() * stack.element_size()
     child.add_(1.0)
     assert torch.equal(parent.layers[index].conv_states[0], stack[5:6])
+
+
+@pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f.model_type)
+def test_an_update_with_keep_continues_the_old_states_as_transformers_cache_does(family: Family) -> None:
+    """in_flight="keep": a running sample keeps the KV and the recurrent states its old-weight tokens
+    built and continues under the new weights, as transformers' own cache does when the weights change
+    under it (the old model fills the cache, the new weights decode on)."""
+    engine, prompt = hybrid_llm(family).engine, random_prompts(1, 20, 20, seed=9)[0]
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
+    engine.add_request("r", prompt, greedy)
+    while engine.requests["r"].sequences[0].num_output_tokens < 5:
+        engine.step()
+    head = list(engine.requests["r"].sequences[0].output_token_ids)
+    new_state = build(family, seed=1).state_dict()
+    engine.update_weights(new_state, in_flight="keep")
+    samples = []
+    while engine.has_unfinished_requests():
+        samples += [s for out in engine.step() for s in out.outputs]
+    (sample,) = samples
+    tokens, logprobs = keep_reference(build(family), new_state, prompt + head, 12 - len(head))
+    assert list(sample.token_ids) == head + tokens
+    torch.testing.assert_close(
+        torch.tensor(sample.logprobs[len(head) :]), torch.tensor(logprobs), atol=TOL, rtol=0
+    )
+    assert sample.weight_versions == [(0, 0), (len(head), 1)]
