@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rollout.bench import systems
-from rollout.bench.floor import linear_seconds
+from rollout.bench.floor import linear_seconds, matmul_modules
 from rollout.bench.workloads import Workload
 from rollout.cli import main as cli_main
 from tests.builders import random_prompts, tiny_model
@@ -54,3 +54,14 @@ def test_the_floor_is_the_linear_layers_share_of_one_run() -> None:
 def test_bench_refuses_a_workload_longer_than_the_model_context() -> None:
     with pytest.raises(SystemExit, match="exceeds the model's context 64"):
         cli_main(["bench", "--prompt-len", "40", "50", "--new", "32"])
+
+
+def test_the_floor_times_stacked_experts_as_matmuls_and_each_linear_once() -> None:
+    """A MoE whose experts are stacked weights (grouped matmuls, no nn.Linear) counts them in the floor;
+    nothing is timed twice."""
+    model = tiny_model("qwen3_moe", seed=0)
+    timed = matmul_modules(model)
+    experts = [m for m in timed if not isinstance(m, torch.nn.Linear)]
+    assert experts and all(type(m).__name__.endswith("Experts") for m in experts)
+    assert len({id(m) for m in timed}) == len(timed)
+    assert not any(isinstance(c, torch.nn.Linear) for m in experts for c in m.modules())
