@@ -63,6 +63,17 @@ class BlockManager:
         needed = max(0, -(-total // self.block_size) - len(seq.block_table))
         return needed + int(self._first_write_is_shared(seq))
 
+    def next_slot_is_owned(self, seq: Sequence) -> bool:
+        """True when `seq` has exactly one pending token and its slot is in a block `seq` holds alone:
+        scheduling it needs no block and no copy (the decode fast path)."""
+        index, offset = divmod(seq.num_computed_tokens, self.block_size)
+        return (
+            len(seq.token_ids) - seq.num_computed_tokens == 1
+            and offset != 0
+            and index < len(seq.block_table)
+            and self.blocks[seq.block_table[index]].ref_cnt == 1
+        )
+
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
 

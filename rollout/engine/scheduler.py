@@ -79,6 +79,11 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this step
+            if self.block_manager.next_slot_is_owned(seq):  # most decodes: nothing to allocate or copy
+                out.scheduled.append(ScheduledSequence(seq, 1))
+                out.num_batched_tokens += 1
+                budget -= 1
+                continue
             if not self._make_room(seq, min(seq.num_pending_tokens, budget), out):
                 preempted = True
                 continue

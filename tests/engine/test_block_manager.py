@@ -81,3 +81,21 @@ def test_weight_version_change_makes_cached_blocks_unfindable() -> None:
     bm.set_weight_version(1)
     assert bm.num_cached_blocks == 0
     assert bm.allocate_prefix(make_seq(list(range(9)), 1)) == 0
+
+
+def test_the_decode_fast_path_takes_only_slots_that_need_no_block_and_no_copy() -> None:
+    """next_slot_is_owned (the scheduler's shortcut) agrees with what append_slots would do."""
+    bm = make_block_manager()
+    seq = make_seq(list(range(6)))
+    compute(bm, seq)  # 6 tokens in blocks [0, 1]; the next token goes to slot 2 of block 1
+    seq.token_ids.append(6)
+    assert bm.next_slot_is_owned(seq) and bm.blocks_needed(seq, 1) == 0
+    child = make_seq(list(range(7)), 1)
+    bm.fork(seq, child)  # block 1 now shared: the next write must copy it
+    assert not bm.next_slot_is_owned(seq) and bm.blocks_needed(seq, 1) == 1
+    full = make_seq(list(range(8)), 2)
+    compute(bm, full)
+    full.token_ids.append(8)  # the next token starts a new block
+    assert not bm.next_slot_is_owned(full) and bm.blocks_needed(full, 1) == 1
+    full.token_ids.append(9)  # two pending tokens: not a decode
+    assert not bm.next_slot_is_owned(full)
