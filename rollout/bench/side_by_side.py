@@ -67,7 +67,7 @@ def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str
     floor = statistics.median(floors[1:])  # the timed runs, not the warm-up
     wall = results["rollout"].seconds
     print(
-        f"  {'matmul floor (same runs: rollout linears and MoE experts alone)':58s} {'':7s} {floor:8.2f} {'':9s}  "
+        f"  {'matmul floor (same runs: linears and MoE experts only)':58s} {'':7s} {floor:8.2f} {'':9s}  "
         f"rollout wall = {wall / floor:.2f}x the floor",
         flush=True,
     )
