@@ -15,6 +15,8 @@ importance ratio exact for samples that span two versions (`weight_versions` say
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import socket
 import subprocess
 import sys
@@ -91,6 +93,7 @@ def transport_options(args: argparse.Namespace) -> dict[str, object]:
         return {}
     if args.checkpoint_dir is None:
         args.checkpoint_dir = tempfile.mkdtemp(prefix="rollout-weights-")
+        atexit.register(shutil.rmtree, args.checkpoint_dir, ignore_errors=True)  # ours: removed at exit
     return {"path": args.checkpoint_dir}
 
 

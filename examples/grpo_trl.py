@@ -10,6 +10,8 @@ The only rollout-specific lines are `RolloutGRPOTrainer` (instead of `GRPOTraine
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import socket
 import subprocess
 import sys
@@ -55,6 +57,7 @@ def transport_options(args: argparse.Namespace) -> dict[str, object]:
         return {}
     if args.checkpoint_dir is None:
         args.checkpoint_dir = tempfile.mkdtemp(prefix="rollout-weights-")
+        atexit.register(shutil.rmtree, args.checkpoint_dir, ignore_errors=True)  # ours: removed at exit
     return {"path": args.checkpoint_dir}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,10 +14,19 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def run_example(name: str, *args: str, cwd: Path) -> str:
+    """Runs an example with its own temporary folder, which it must leave empty (no leaked checkpoints)."""
+    tmp = cwd / "tmp"
+    tmp.mkdir()
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=300, cwd=cwd
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(tmp.glob("rollout-weights-*")), "the example left its weight checkpoints behind"
     return result.stdout
 
 
