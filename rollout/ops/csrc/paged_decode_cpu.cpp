@@ -52,15 +52,6 @@ inline float exp_approx(float x) {
   return p * scale;
 }
 
-// Calls visit(pos, slot) for pos in [start, len), block by block (no division per key).
-template <typename Visit>
-inline void for_each_key(int64_t start, int64_t len, const int32_t* table, int64_t block_size, Visit&& visit) {
-  for (int64_t b = start / block_size, first = b * block_size; first < len; ++b, first += block_size) {
-    const int64_t base = static_cast<int64_t>(table[b]) * block_size - first;
-    for (int64_t pos = std::max(start, first); pos < std::min(len, first + block_size); ++pos) visit(pos, base + pos);
-  }
-}
-
 struct Shapes {
   int64_t heads, kv_heads, group, head_dim, v_head_dim, block_size, max_blocks;
 };
@@ -72,6 +63,14 @@ inline void for_each_run(int64_t start, int64_t len, const int32_t* table, int64
     const int64_t from = std::max(start, first), to = std::min(len, first + block_size);
     visit(from, to, static_cast<int64_t>(table[b]) * block_size + from - first);
   }
+}
+
+// Calls visit(pos, slot) for pos in [start, len), block by block (no division per key).
+template <typename Visit>
+inline void for_each_key(int64_t start, int64_t len, const int32_t* table, int64_t block_size, Visit&& visit) {
+  for_each_run(start, len, table, block_size, [&](int64_t from, int64_t to, int64_t slot) {
+    for (int64_t pos = from; pos < to; ++pos) visit(pos, slot + pos - from);
+  });
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
