@@ -5,7 +5,7 @@
 // Bit for bit the torch ops' result: log1p through Sleef (what torch's vectorized log1p calls) and log
 // through MKL's vmsLn in high-accuracy mode (what torch's log calls in MKL builds), both looked up at
 // run time. Where either is missing the kernel says so (race_available) and the torch ops serve;
-// cpu_kernels.py also compares the two paths once before trusting the kernel.
+// engine/exponential_race.py also compares the two paths once before trusting the kernel.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -48,12 +48,9 @@ const Functions& functions() {
   return f;
 }
 
-// buf[i] <- log E = log(-log1p(-v)) for tokens [t0, t0 + n) of the stream at `base`: Sleef's log1p on
-// 8 lanes (a zero-padded last vector, as torch's vectorized map), then MKL's log.
-void log_exponentials(uint64_t base, int64_t t0, int64_t n, float* buf, const Functions& f) {
-  const uint64_t first = base + static_cast<uint64_t>(t0 + 1) * rollout_noise::kGamma;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) buf[i] = -rollout_noise::uniform(first + static_cast<uint64_t>(i) * rollout_noise::kGamma);
+// buf[i] <- log(-log1p(buf[i])) for buf[i] = -v: Sleef's log1p on 8 lanes (a zero-padded last vector,
+// as torch's vectorized map), negated, then MKL's log, in place.
+void log_exponentials_of(float* buf, int64_t n, const Functions& f) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(buf + i, _mm256_xor_ps(f.log1p8(_mm256_loadu_ps(buf + i)), sign));
@@ -64,6 +61,14 @@ void log_exponentials(uint64_t base, int64_t t0, int64_t n, float* buf, const Fu
     std::copy(lanes, lanes + (n - i), buf + i);
   }
   f.ln(static_cast<int>(n), buf, buf, kVmlMode);
+}
+
+// buf[i] <- log E = log(-log1p(-v)) for tokens [t0, t0 + n) of the stream at `base`.
+void log_exponentials(uint64_t base, int64_t t0, int64_t n, float* buf, const Functions& f) {
+  const uint64_t first = base + static_cast<uint64_t>(t0 + 1) * rollout_noise::kGamma;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) buf[i] = -rollout_noise::uniform(first + static_cast<uint64_t>(i) * rollout_noise::kGamma);
+  log_exponentials_of(buf, n, f);
 }
 
 struct Best {
@@ -108,16 +113,8 @@ int64_t race_row_full(const float* logp, uint64_t base, int64_t vocab, float* bu
 
 // The scores of tokens ids[0, n) (exactly as race_row_full computes them) into out.
 void exact_scores(const float* logp, uint64_t base, const int64_t* ids, int64_t n, float* out, const Functions& f) {
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  alignas(32) float lanes[8];
-  for (int64_t i = 0; i < n; i += 8) {
-    const int64_t count = std::min<int64_t>(8, n - i);
-    for (int64_t j = 0; j < 8; ++j)
-      lanes[j] = j < count ? -rollout_noise::uniform(base + static_cast<uint64_t>(ids[i + j] + 1) * rollout_noise::kGamma) : 0.f;
-    _mm256_store_ps(lanes, _mm256_xor_ps(f.log1p8(_mm256_load_ps(lanes)), sign));
-    std::copy(lanes, lanes + count, out + i);
-  }
-  f.ln(static_cast<int>(n), out, out, kVmlMode);
+  for (int64_t i = 0; i < n; ++i) out[i] = -rollout_noise::uniform(base + static_cast<uint64_t>(ids[i] + 1) * rollout_noise::kGamma);
+  log_exponentials_of(out, n, f);
   for (int64_t i = 0; i < n; ++i) out[i] = -out[i] + logp[ids[i]];
 }
 
@@ -183,7 +180,9 @@ int64_t race_row(const float* logp, uint64_t base, int64_t vocab, float* bounds,
   return best.index;
 }
 
-void check(const torch::Tensor& logprobs, const torch::Tensor& states) {
+void check(const torch::Tensor& tokens, const torch::Tensor& logprobs, const torch::Tensor& states) {
+  TORCH_CHECK(tokens.dtype() == torch::kInt64 && tokens.is_contiguous() && tokens.size(0) == logprobs.size(0),
+              "exponential_race: [rows] int64 tokens expected");
   TORCH_CHECK(logprobs.dtype() == torch::kFloat32 && logprobs.is_contiguous() && logprobs.dim() == 2,
               "exponential_race: contiguous [rows, vocab] fp32 logprobs expected");
   TORCH_CHECK(states.dtype() == torch::kInt64 && states.is_contiguous() && states.size(0) == logprobs.size(0),
@@ -193,8 +192,9 @@ void check(const torch::Tensor& logprobs, const torch::Tensor& states) {
               "exponential_race: MKL's vmsLn or Sleef's log1p is not in this torch build");
 }
 
-void race(torch::Tensor logprobs, torch::Tensor states, int64_t* tokens, float* scores) {
-  check(logprobs, states);
+void race(torch::Tensor token_ids, torch::Tensor logprobs, torch::Tensor states, float* scores) {
+  check(token_ids, logprobs, states);
+  int64_t* tokens = token_ids.data_ptr<int64_t>();
   const int64_t rows = logprobs.size(0), vocab = logprobs.size(1);
   const float* lp = logprobs.data_ptr<float>();
   const uint64_t* state = reinterpret_cast<const uint64_t*>(states.data_ptr<int64_t>());
@@ -214,9 +214,7 @@ bool race_available() { return functions().ln != nullptr && functions().log1p8 !
 
 // tokens [R] int64 <- the race's winner per row.
 void exponential_race(torch::Tensor tokens, torch::Tensor logprobs, torch::Tensor states) {
-  TORCH_CHECK(tokens.dtype() == torch::kInt64 && tokens.is_contiguous() && tokens.size(0) == logprobs.size(0),
-              "exponential_race: [rows] int64 tokens expected");
-  race(logprobs, states, tokens.data_ptr<int64_t>(), nullptr);
+  race(tokens, logprobs, states, nullptr);
 }
 
 // The same, also writing every score into `scores` [R, V] fp32 (the check against the torch ops).
@@ -224,9 +222,7 @@ void exponential_race_scores(torch::Tensor tokens, torch::Tensor scores, torch::
                              torch::Tensor states) {
   TORCH_CHECK(scores.sizes() == logprobs.sizes() && scores.dtype() == torch::kFloat32 && scores.is_contiguous(),
               "exponential_race_scores: scores shaped like logprobs expected");
-  TORCH_CHECK(tokens.dtype() == torch::kInt64 && tokens.is_contiguous() && tokens.size(0) == logprobs.size(0),
-              "exponential_race: [rows] int64 tokens expected");
-  race(logprobs, states, tokens.data_ptr<int64_t>(), scores.data_ptr<float>());
+  race(tokens, logprobs, states, scores.data_ptr<float>());
 }
 
 #else
