@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rollout.config import EngineConfig
 from rollout.engine.model_guard import check_stateful_layers
 from rollout.engine.recurrent_layers import attention_layer_indices
-from rollout.ops import hf_attention
+from rollout.ops import fused_modules, hf_attention
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -89,7 +89,8 @@ def resolve_tokenizer(
 
 
 def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:
-    """Puts an in-memory model on the configured device/dtype and switches it to paged attention."""
+    """Puts an in-memory model on the configured device/dtype, switches it to paged attention and, on
+    the CPU, to the fused modules (ops/fused_modules.py) inside the engine."""
     shards = getattr(model, "_tp_size", None) or 1
     if shards != config.tensor_parallel_size:
         raise ValueError(
@@ -104,6 +105,8 @@ def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedMod
     if model.config._attn_implementation != hf_attention.ATTN_IMPLEMENTATION:
         raise ValueError(f"{type(model).__name__} does not support transformers' attention interface")
     _check_layer_indices(model)
+    if config.tensor_parallel_size == 1:  # a probe would run one rank's sharded modules alone
+        fused_modules.install(model)
     return model.eval()
 
 

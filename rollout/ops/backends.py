@@ -26,7 +26,7 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "sdpa":  # one instance per engine: it keeps the plan of the step it is in
         kernels = load_cpu_kernels() if device.type == "cpu" else None
         return AttentionBackend(
-            paged_attention_sdpa.write_kv_cache, paged_attention_sdpa.SdpaPagedAttention(kernels)
+            paged_attention_sdpa.cache_writer(kernels), paged_attention_sdpa.SdpaPagedAttention(kernels)
         )
     if name == "triton":
         from rollout.ops import triton_attention

@@ -61,6 +61,11 @@ def forward_context(context: ForwardContext) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def in_forward_context() -> bool:
+    """Whether the engine is running the model on this thread (inside `forward_context`)."""
+    return _CURRENT.get() is not None
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionCall:
     """What one attention call handed the engine, as seen by `probe_calls`."""

@@ -33,6 +33,34 @@ from rollout.ops.workspace import Workspace
 write_kv_cache = paged_attention_ref.write_kv_cache
 
 
+def cache_writer(kernels: ModuleType | None) -> Callable[..., None]:
+    """The backend's KV write: the compiled copy (csrc/fused_cpu.cpp, one per token and head) for fp32
+    CPU caches, where index_copy_ costs a dispatch per tensor and layer; else `write_kv_cache`."""
+    if kernels is None:
+        return write_kv_cache
+
+    def write(
+        key: torch.Tensor,  # [T, num_kv_heads, head_dim]
+        value: torch.Tensor,
+        key_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,  # [T] int64
+    ) -> None:
+        if (
+            key.dtype == value.dtype == key_cache.dtype == value_cache.dtype == torch.float32
+            and key.device.type == "cpu"
+            and key.stride(-1) == value.stride(-1) == 1
+            and key_cache.is_contiguous()
+            and value_cache.is_contiguous()
+            and slot_mapping.dtype == torch.int64
+        ):
+            kernels.write_kv(key_cache, value_cache, key, value, slot_mapping.contiguous())
+        else:
+            write_kv_cache(key, value, key_cache, value_cache, slot_mapping)
+
+    return write
+
+
 @dataclass(slots=True)
 class _Group:
     """Sequences attended together: S of them, queries padded to `max_q`, keys to `num_keys`."""

@@ -85,3 +85,12 @@ def test_the_noise_kernel_gives_the_torch_paths_bits() -> None:
     slow = uniforms(stream_bits(states, vocab, torch.device("cpu")), torch.empty(len(states), vocab))
     assert torch.equal(fast, slow)
     assert fast.min() > 0 and fast.max() < 1
+
+
+def test_an_edited_header_changes_the_build_flags(tmp_path) -> None:
+    """torch rebuilds an extension when its flags change but hashes only the sources: the headers'
+    digest in the flags is what makes an edited header rebuild."""
+    (tmp_path / "a.h").write_text("inline int f() { return 1; }\n")
+    before = cpu_kernels._headers_digest(tmp_path)
+    (tmp_path / "a.h").write_text("inline int f() { return 2; }\n")
+    assert cpu_kernels._headers_digest(tmp_path) != before

@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "exp_approx.h"
+
 namespace {
 
 inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
@@ -30,26 +32,6 @@ inline float dot(const float* __restrict a, const float* __restrict b, int64_t n
 inline void axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
-}
-
-// exp for the softmax, in a form the compiler vectorizes (std::exp is a scalar call): Cody-Waite
-// range reduction and Cephes' degree-6 polynomial, within 2 ulp of expf on [-87, 0]; NaN propagates.
-inline float exp_approx(float x) {
-  x = std::max(x, -87.3f);  // inputs are s - max <= 0; below this expf is denormal, ~1e-38
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
 }
 
 struct Shapes {
@@ -199,7 +181,7 @@ void attend_one(const float* q,            // [group, head_dim] this KV head's q
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < n; ++i) {
-      row[i] = exp_approx(row[i] - max);
+      row[i] = rollout_math::exp_approx(row[i] - max);
       sum += row[i];
     }
     const float inv = 1.f / sum;

@@ -1,0 +1,147 @@
+"""The CPU fast path for hot module kinds: RMSNorm and gated MLPs run fused kernels inside the engine.
+
+transformers' Llama-family RMSNorm is eight eager ops and its gated MLP's activation two, each a pass
+over the activations plus a dispatch; on a CPU decode step of a small model they cost a third as much
+as the matmuls (csrc/fused_cpu.cpp does each in one pass). A module gets the fused forward only when
+the kernel reproduces the module's own forward on a probe, and the fused forward serves only while
+the engine runs the model (inside its forward context, fp32 CPU inputs, no autograd); anywhere else,
+the self-check's reference included, the module runs the forward transformers defines. The matmuls
+stay the module's own `nn.Linear` calls, so the parameter names, weight updates and the benchmarks'
+matmul floor see the model unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MethodType
+
+import torch
+
+from rollout.ops import hf_attention
+from rollout.ops.cpu_kernels import load_cpu_kernels
+
+# Largest difference a probe accepts, relative to the largest output: float rounding of a reduction
+# in another order, far below anything a formula difference (a weight offset, another epsilon) gives.
+PROBE_TOLERANCE = 1e-5
+_PROBE_ROWS = 3
+
+
+def install(model: torch.nn.Module) -> dict[str, int]:
+    """Swaps in the fused forward of every module the kernels reproduce; returns the count per kind."""
+    counts = {kind: 0 for kind in _KINDS}
+    if load_cpu_kernels() is None or next(model.parameters()).device.type != "cpu":
+        return counts
+    seen: dict[tuple[type, str], bool] = {}
+    for module in model.modules():
+        for kind, (matches, fused, forward) in _KINDS.items():
+            if "forward" in module.__dict__ or not matches(module):
+                continue
+            key = (type(module), kind)
+            if key not in seen:  # one probe per module class: instances share their forward
+                seen[key] = _reproduces(module, fused)
+            if seen[key]:
+                module.forward = MethodType(forward, module)
+                counts[kind] += 1
+    return counts
+
+
+def fused_module_count(model: torch.nn.Module) -> int:
+    """How many of `model`'s modules run a fused forward inside the engine."""
+    fused = {forward for _, _, forward in _KINDS.values()}
+    return sum(
+        1
+        for m in model.modules()
+        if isinstance(m.__dict__.get("forward"), MethodType) and m.__dict__["forward"].__func__ in fused
+    )
+
+
+def _engaged(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a fused forward serves this call: the engine is running the model, on fp32 CPU inputs
+    and weights, with no gradient to record (the kernels have no backward)."""
+    return (
+        hf_attention.in_forward_context()
+        and x.dtype == weight.dtype == torch.float32
+        and x.device.type == "cpu"
+        and not (x.requires_grad and torch.is_grad_enabled())
+    )
+
+
+def _is_rms_norm(module: torch.nn.Module) -> bool:
+    weight = module._parameters.get("weight")
+    return (
+        type(module).__name__.endswith("RMSNorm")
+        and weight is not None
+        and weight.dim() == 1
+        and len(module._parameters) == 1
+        and not module._modules
+        and _epsilon(module) is not None
+    )
+
+
+def _epsilon(module: torch.nn.Module) -> float | None:
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return eps if isinstance(eps, float) else None
+
+
+def _rms_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return load_cpu_kernels().rms_norm(x.contiguous(), module.weight.detach(), _epsilon(module))
+
+
+def fused_rms_norm_forward(
+    self: torch.nn.Module, hidden_states: torch.Tensor, *args, **kwargs
+) -> torch.Tensor:
+    if args or kwargs or not _engaged(hidden_states, self.weight):  # e.g. a gated norm given its gate
+        return type(self).forward(self, hidden_states, *args, **kwargs)
+    return _rms_norm(self, hidden_states)
+
+
+def _is_gated_mlp(module: torch.nn.Module) -> bool:
+    act = getattr(module, "act_fn", None)
+    return all(
+        isinstance(getattr(module, name, None), torch.nn.Linear)
+        for name in ("gate_proj", "up_proj", "down_proj")
+    ) and (isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation")
+
+
+def _gated_mlp(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    gate, up = module.gate_proj(x), module.up_proj(x)
+    return module.down_proj(load_cpu_kernels().silu_mul(gate.contiguous(), up.contiguous()))
+
+
+def fused_gated_mlp_forward(self: torch.nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    if args or kwargs or not _engaged(x, self.gate_proj.weight):
+        return type(self).forward(self, x, *args, **kwargs)
+    return _gated_mlp(self, x)
+
+
+Fused = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+# kind: (which modules, the kernel path, the forward installed: the kernel path when engaged)
+_KINDS: dict[str, tuple[Callable[[torch.nn.Module], bool], Fused, Callable[..., torch.Tensor]]] = {
+    "rms_norm": (_is_rms_norm, _rms_norm, fused_rms_norm_forward),
+    "gated_mlp": (_is_gated_mlp, _gated_mlp, fused_gated_mlp_forward),
+}
+
+
+@torch.inference_mode()
+def _reproduces(module: torch.nn.Module, fused: Fused) -> bool:
+    """The kernel path against the module's own forward on random rows."""
+    weight = next(module.parameters())
+    if weight.dtype != torch.float32:
+        return False
+    width = _input_width(module)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(_PROBE_ROWS, width, generator=generator) * 3
+    try:
+        want = type(module).forward(module, x)
+        got = fused(module, x)
+    except (RuntimeError, TypeError, ValueError):  # a forward with other arguments is not this kind
+        return False
+    if not isinstance(want, torch.Tensor) or want.shape != got.shape or not torch.isfinite(want).all():
+        return False
+    scale = want.abs().max().clamp_min(1.0)
+    return bool(((got - want).abs().max() / scale) <= PROBE_TOLERANCE)
+
+
+def _input_width(module: torch.nn.Module) -> int:
+    gate = getattr(module, "gate_proj", None)
+    return gate.in_features if isinstance(gate, torch.nn.Linear) else module.weight.shape[0]
