@@ -31,7 +31,10 @@ _SOURCES = (
     "exponential_race_cpu.cpp",
     "fused_cpu.cpp",
 )
-_CAPABILITY_FLAGS = {"AVX2": ["-mavx2", "-mfma"], "AVX512": ["-mavx512f", "-mavx2", "-mfma"]}
+_CAPABILITY_FLAGS = {
+    "AVX2": ["-mavx2", "-mfma"],
+    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"],
+}
 
 
 @functools.cache
