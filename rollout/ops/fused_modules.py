@@ -12,6 +12,7 @@ matmul floor see the model unchanged.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from types import MethodType
 
@@ -19,6 +20,8 @@ import torch
 
 from rollout.ops import hf_attention
 from rollout.ops.cpu_kernels import load_cpu_kernels
+
+logger = logging.getLogger(__name__)
 
 # Largest difference a probe accepts, relative to the largest output: float rounding of a reduction
 # in another order, far below anything a formula difference (a weight offset, another epsilon) gives.
@@ -31,17 +34,13 @@ def install(model: torch.nn.Module) -> dict[str, int]:
     counts = {kind: 0 for kind in _KINDS}
     if load_cpu_kernels() is None or next(model.parameters()).device.type != "cpu":
         return counts
-    seen: dict[tuple[type, str], bool] = {}
     for module in model.modules():
         for kind, (matches, fused, forward) in _KINDS.items():
-            if "forward" in module.__dict__ or not matches(module):
-                continue
-            key = (type(module), kind)
-            if key not in seen:  # one probe per module class: instances share their forward
-                seen[key] = _reproduces(module, fused)
-            if seen[key]:
+            # a probe per module, not per class: a forward may read per-instance attributes
+            if "forward" not in module.__dict__ and matches(module) and _reproduces(module, fused):
                 module.forward = MethodType(forward, module)
                 counts[kind] += 1
+    logger.info("fused CPU modules: %s", ", ".join(f"{n} {kind}" for kind, n in counts.items()))
     return counts
 
 
