@@ -54,6 +54,7 @@ def load_cpu_kernels() -> ModuleType | None:
                 "-O3",
                 "-fopenmp",
                 "-fno-trapping-math",
+                "-ffp-contract=off",  # a * b + c rounds the product, as torch's separate ops do
                 *_CAPABILITY_FLAGS.get(capability, []),
                 _headers_digest(csrc),
             ],

@@ -1,13 +1,14 @@
-"""The CPU fast path for hot module kinds: RMSNorm and gated MLPs run fused kernels inside the engine.
+"""The CPU fast path for hot module kinds: RMSNorm, gated MLPs and Llama-family attention run fused
+kernels inside the engine.
 
-transformers' Llama-family RMSNorm is eight eager ops and its gated MLP's activation two, each a pass
-over the activations plus a dispatch; on a CPU decode step of a small model they cost a third as much
-as the matmuls (csrc/fused_cpu.cpp does each in one pass). A module gets the fused forward only when
-the kernel reproduces the module's own forward on a probe, and the fused forward serves only while
-the engine runs the model (inside its forward context, fp32 CPU inputs, no autograd); anywhere else,
-the self-check's reference included, the module runs the forward transformers defines. The matmuls
-stay the module's own `nn.Linear` calls, so the parameter names, weight updates and the benchmarks'
-matmul floor see the model unchanged.
+transformers' Llama-family RMSNorm is eight eager ops, its gated MLP's activation two and its rotary
+embedding ten (fused_attention.py), each a pass over the activations plus a dispatch; on a CPU decode
+step of a small model they cost a fifth as much as the matmuls (csrc/fused_cpu.cpp does each in one
+pass). A module gets the fused forward only when the kernel reproduces the module's own forward on a
+probe, and the fused forward serves only while the engine runs the model (inside its forward
+context, fp32 CPU inputs, no autograd); anywhere else, the self-check's reference included, the
+module runs the forward transformers defines. The matmuls stay the module's own `nn.Linear` calls,
+so the parameter names, weight updates and the benchmarks' matmul floor see the model unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import MethodType
 
 import torch
 
-from rollout.ops import hf_attention
+from rollout.ops import fused_attention, hf_attention
 from rollout.ops.cpu_kernels import load_cpu_kernels
 
 logger = logging.getLogger(__name__)
@@ -35,12 +36,12 @@ def install(model: torch.nn.Module) -> dict[str, int]:
     if load_cpu_kernels() is None or next(model.parameters()).device.type != "cpu":
         return counts
     for module in model.modules():
-        for kind, (matches, fused, forward) in _KINDS.items():
+        for kind, (matches, reproduces, forward) in _KINDS.items():
             # a probe per module, not per class: a forward may read per-instance attributes
-            if "forward" not in module.__dict__ and matches(module) and _reproduces(module, fused):
+            if "forward" not in module.__dict__ and matches(module) and reproduces(module):
                 module.forward = MethodType(forward, module)
                 counts[kind] += 1
-    logger.info("fused CPU modules: %s", ", ".join(f"{n} {kind}" for kind, n in counts.items()))
+    logger.debug("fused CPU modules: %s", ", ".join(f"{n} {kind}" for kind, n in counts.items()))
     return counts
 
 
@@ -115,9 +116,14 @@ def fused_gated_mlp_forward(self: torch.nn.Module, x: torch.Tensor, *args, **kwa
 
 Fused = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 # kind: (which modules, the kernel path, the forward installed: the kernel path when engaged)
-_KINDS: dict[str, tuple[Callable[[torch.nn.Module], bool], Fused, Callable[..., torch.Tensor]]] = {
-    "rms_norm": (_is_rms_norm, _rms_norm, fused_rms_norm_forward),
-    "gated_mlp": (_is_gated_mlp, _gated_mlp, fused_gated_mlp_forward),
+_KINDS: dict[str, tuple[Callable[[torch.nn.Module], bool], Callable[[torch.nn.Module], bool], Callable]] = {
+    "rms_norm": (_is_rms_norm, lambda m: _reproduces(m, _rms_norm), fused_rms_norm_forward),
+    "gated_mlp": (_is_gated_mlp, lambda m: _reproduces(m, _gated_mlp), fused_gated_mlp_forward),
+    "attention": (
+        fused_attention.is_llama_attention,
+        fused_attention.reproduces,
+        fused_attention.fused_attention_forward,
+    ),
 }
 
 

@@ -129,13 +129,28 @@ def paged_attention_forward(
         }
         extra.update(kwargs)
         return _record(calls, module, query, key, value, extra), None
+    q = query[0].transpose(0, 1)  # [T, H, D]
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    out = paged_attention_tokens(module, q, k, v, scaling, sliding_window, softcap, s_aux)
+    return out.unsqueeze(0), None  # [1, T, H, Dv], as transformers expects
+
+
+def paged_attention_tokens(
+    module: torch.nn.Module,
+    q: torch.Tensor,  # [T, num_heads, head_dim], the packed batch's new tokens
+    k: torch.Tensor,  # [T, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [T, num_kv_heads, v_head_dim]
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+) -> torch.Tensor:  # [T, num_heads, v_head_dim]
+    """Writes the new K/V into the layer's paged cache and attends each sequence's new tokens."""
     rollout_context = _CURRENT.get()
     if rollout_context is None:
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
     key_cache, value_cache = rollout_context.kv_caches[module.layer_idx]
-    q = query[0].transpose(0, 1)  # [T, H, D]
-    k = key[0].transpose(0, 1)
-    v = value[0].transpose(0, 1)
     v_head_dim = v.shape[-1]
     if v_head_dim < value_cache.shape[-1]:  # zero columns of V give zero output columns, sliced off below
         v = torch.nn.functional.pad(v, (0, value_cache.shape[-1] - v_head_dim))
@@ -146,7 +161,7 @@ def paged_attention_forward(
     out = backend.paged_attention(
         q, key_cache, value_cache, rollout_context.meta, scale, sliding_window, softcap, **features
     )
-    return out[..., :v_head_dim].unsqueeze(0), None  # [1, T, H, Dv], as transformers expects
+    return out[..., :v_head_dim]
 
 
 def _features(module: torch.nn.Module, s_aux: torch.Tensor | None) -> dict[str, object]:

@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 from transformers import GemmaConfig, GemmaForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.ops import fused_modules, hf_attention
@@ -18,6 +19,12 @@ from rollout.ops.paged_attention_sdpa import cache_writer
 from tests.builders import random_prompts, reference_copy, tiny_model
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+
+
+GEMMA = GemmaConfig(
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=16,
+)  # fmt: skip
 
 
 def llama_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -73,21 +80,47 @@ def test_write_kv_kernel_refuses_a_bad_slot_before_writing_anything() -> None:
     assert not key_cache.any() and not value_cache.any()
 
 
-@pytest.mark.parametrize(("arch", "norms"), [("llama", 5), ("qwen2", 5), ("qwen3", 9)])
-def test_the_norms_and_gated_mlps_of_llama_family_models_are_fused(arch: str, norms: int) -> None:
+@pytest.mark.parametrize(("arch", "norms"), [("llama", 5), ("qwen2", 5), ("qwen3", 9), ("mistral", 5)])
+def test_the_norms_mlps_and_attention_of_llama_family_models_are_fused(arch: str, norms: int) -> None:
     """Two norms per layer and the final one; Qwen3 adds a query and a key norm per layer."""
     model = tiny_model(arch)
-    assert fused_modules.install(model) == {"rms_norm": norms, "gated_mlp": 2}
-    assert fused_modules.fused_module_count(model) == norms + 2
+    assert fused_modules.install(model) == {"rms_norm": norms, "gated_mlp": 2, "attention": 2}
+    assert fused_modules.fused_module_count(model) == norms + 4
+
+
+def test_rotary_kernel_equals_transformers_bit_for_bit() -> None:
+    """The products are rounded before the sum (the build turns FMA contraction off), as the torch ops."""
+    g = torch.Generator().manual_seed(7)
+    q, k = torch.randn(1, 4, 9, 32, generator=g), torch.randn(1, 2, 9, 32, generator=g)
+    cos, sin = torch.randn(1, 9, 32, generator=g), torch.randn(1, 9, 32, generator=g)
+    want_q, want_k = apply_rotary_pos_emb(q, k, cos, sin)
+    kernels = load_cpu_kernels()
+    assert torch.equal(kernels.rotary(q[0].transpose(0, 1), cos[0], sin[0]), want_q[0].transpose(0, 1))
+    assert torch.equal(kernels.rotary(k[0].transpose(0, 1), cos[0], sin[0]), want_k[0].transpose(0, 1))
+
+
+def test_an_attention_class_outside_the_list_keeps_transformers_forward() -> None:
+    """Gemma's attention could pass the short probe while its softcap and scaling differ at scale:
+    only the classes whose forward the fused one restates are switched."""
+    model = GemmaForCausalLM(GEMMA)
+    assert fused_modules.install(model)["attention"] == 0
+
+
+def test_a_mistral_window_reaches_the_fused_attention_from_the_config() -> None:
+    """Mistral takes its window from the config, Qwen2 from the module: each as its own forward does."""
+    llm = LLM(model=tiny_model("mistral", seed=3, sliding_window=8), config=EngineConfig(num_blocks=64))
+    reference = reference_copy(llm.engine.model)
+    reference.set_attn_implementation("sdpa")  # transformers' eager mask has no window
+    prompt = random_prompts(1, 20, 20, seed=4)[0]
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))[0]
+    want = reference.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert fused_modules.fused_module_count(llm.engine.model) > 0
+    assert out.outputs[0].token_ids == want[0, 20:].tolist()
 
 
 def test_a_norm_whose_forward_the_kernel_does_not_reproduce_is_left_alone() -> None:
     """Gemma's RMSNorm scales by (1 + weight): the probe sees it and keeps transformers' forward."""
-    config = GemmaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16,
-    )  # fmt: skip
-    model = GemmaForCausalLM(config)
+    model = GemmaForCausalLM(GEMMA)
     counts = fused_modules.install(model)
     assert counts["rms_norm"] == 0
     assert type(model.model.norm).forward is model.model.norm.forward.__func__
@@ -118,7 +151,7 @@ def test_a_fused_module_records_gradients_through_transformers_forward() -> None
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_moe"])
 def test_a_fused_engine_samples_what_an_unfused_one_does(arch: str, monkeypatch) -> None:
     """Seeded samples and their logprobs, fused engine against one whose modules run transformers' ops."""
     prompts = random_prompts(3, 5, 30, seed=4)

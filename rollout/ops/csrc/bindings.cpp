@@ -11,6 +11,7 @@ void exponential_race_scores(torch::Tensor tokens, torch::Tensor scores, torch::
                              torch::Tensor states);
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
 torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up);
+torch::Tensor rotary(torch::Tensor x, torch::Tensor cos, torch::Tensor sin);
 void write_kv(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor key, torch::Tensor value,
               torch::Tensor slots);
 
@@ -21,6 +22,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("exponential_race", &exponential_race, "the sampler's exponential race, one pass per row (CPU)");
   m.def("rms_norm", &rms_norm, "Llama-family RMSNorm in one pass (CPU, fp32)");
   m.def("silu_mul", &silu_mul, "silu(gate) * up in one pass (CPU, fp32)");
+  m.def("rotary", &rotary, "Llama-family rotary embedding of [tokens, heads, head_dim] rows (CPU, fp32)");
   m.def("write_kv", &write_kv, "K and V rows into the paged caches at their slots (CPU, fp32)");
   m.def("exponential_race_scores", &exponential_race_scores, "exponential_race, also writing every score");
 }

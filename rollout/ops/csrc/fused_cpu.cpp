@@ -1,7 +1,8 @@
 // Fused CPU kernels for the per-token work around the matmuls of a decode step (rollout/ops/
 // fused_modules.py, paged_attention_sdpa.py): RMSNorm and the gated MLP's SiLU-and-multiply, one
 // pass each where transformers runs eight and two eager ops, and the KV cache write, one copy per
-// token and head where index_copy_ costs a dispatch per tensor. fp32, contiguous rows.
+// token and head where index_copy_ costs a dispatch per tensor; the rotary embedding, one pass where
+// transformers runs ten ops. fp32, contiguous rows.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -92,4 +93,38 @@ void write_kv(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor 
       for (int64_t h = 0; h < heads; ++h)
         std::memcpy(c + (slot[t] * heads + h) * d, s + t * src.stride(0) + h * src.stride(1), d * sizeof(float));
   }
+}
+
+// x * cos + rotate_half(x) * sin for x [T, heads, D] (contiguous rows of D), cos/sin [T, D]: the rotary
+// embedding of transformers' Llama-family attention, rotate_half(x) = cat(-x[D/2:], x[:D/2]). The two
+// products are rounded before the sum, as the torch ops do (the build turns FMA contraction off).
+torch::Tensor rotary(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 3 && x.stride(2) == 1 && x.device().is_cpu(),
+              "rotary: x must be fp32 [tokens, heads, head_dim] with contiguous rows");
+  check_fp32_contiguous(cos, "rotary", "cos");
+  check_fp32_contiguous(sin, "rotary", "sin");
+  const int64_t tokens = x.size(0), heads = x.size(1), d = x.size(2), half = d / 2;
+  TORCH_CHECK(d % 2 == 0 && cos.dim() == 2 && cos.size(0) == tokens && cos.size(1) == d && sin.sizes() == cos.sizes(),
+              "rotary: cos and sin must be [tokens, head_dim] with an even head_dim");
+  auto out = torch::empty({tokens, heads, d}, x.options());
+  const float* xs = x.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t st = x.stride(0), sh = x.stride(1);
+  at::parallel_for(0, tokens * heads, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(d, 1)),
+                   [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / heads, h = item % heads;
+      const float* row = xs + t * st + h * sh;
+      const float* ct = c + t * d;
+      const float* sn = s + t * d;
+      float* dst = o + item * d;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) dst[i] = row[i] * ct[i] + -row[i + half] * sn[i];
+#pragma omp simd
+      for (int64_t i = half; i < d; ++i) dst[i] = row[i] * ct[i] + row[i - half] * sn[i];
+    }
+  });
+  return out;
 }
