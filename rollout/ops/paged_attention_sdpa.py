@@ -99,7 +99,11 @@ class SdpaPagedAttention:
     def __init__(self, cpu_kernels: ModuleType | None = None) -> None:
         self._kernels = cpu_kernels  # cpu_kernels.load_cpu_kernels(), when they built
         self._planned_for: AttentionMetadata | None = None
-        self._groups: list[_Group] = []
+        self._block_size = 0
+        # the step's sequences by kind (decode, longer), each kind's group planned on first use: when
+        # the kernel serves every layer's decode rows, their group is never needed
+        self._kinds: tuple[list[int], list[int]] = ([], [])
+        self._groups: dict[int, _Group] = {}
         self._in_order = False  # one decode group whose rows are the packed batch, in order
         # Decode rows whose sequences share prompt blocks (a prompt's n samples): read them once.
         self._cascade: CascadePlan | None = None
@@ -134,7 +138,7 @@ class SdpaPagedAttention:
         if self._in_order and kernel:
             return self._decode_with_kernel(query, key_cache, value_cache, scale, masking)
         if self._in_order and cascade is None:
-            group = self._groups[0]
+            group = self._group(0, meta, query.device)
             return _attend(query, key_cache, value_cache, group, scale, masking, self._buffer)
         out = query.new_empty(*query.shape[:2], value_cache.shape[-1])
         if kernel:
@@ -143,9 +147,11 @@ class SdpaPagedAttention:
             )
         elif cascade is not None:
             cascade_attention(query, key_cache, value_cache, cascade, scale, out, self._buffer)
-        for group in self._groups:
-            if (kernel or cascade is not None) and group.max_q == 1:
-                continue  # the decode rows, done above
+        decode_done = kernel or cascade is not None  # the decode rows, attended above
+        for kind in (1,) if decode_done else (0, 1):
+            if not self._kinds[kind]:
+                continue
+            group = self._group(kind, meta, query.device)
             o = _attend(query[group.rows], key_cache, value_cache, group, scale, masking, self._buffer)
             if group.valid is None:
                 out[group.rows] = o
@@ -167,10 +173,16 @@ class SdpaPagedAttention:
     def _buffer(self, name: str, like: torch.Tensor, numel: int) -> torch.Tensor:
         return self._workspace.get(name, (numel,), like.dtype, like.device)
 
+    def _group(self, kind: int, meta: AttentionMetadata, device: torch.device) -> _Group:
+        """The group of the step's decode (0) or longer (1) sequences, planned once per step."""
+        if kind not in self._groups:
+            self._groups[kind] = _plan_group(meta, self._kinds[kind], self._block_size, device)
+        return self._groups[kind]
+
     def _plan(self, meta: AttentionMetadata, block_size: int, device: torch.device) -> None:
         decode = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
         other = [s for s, q_len in enumerate(meta.query_lens_cpu) if q_len > 1]
-        self._groups = [_plan_group(meta, seqs, block_size, device) for seqs in (decode, other) if seqs]
+        self._kinds, self._groups, self._block_size = (decode, other), {}, block_size
         self._in_order = not other and len(decode) == sum(meta.query_lens_cpu)
         kernel = self._kernels is not None and decode
         self._decode_rows = plan_decode_rows(meta, decode, self._in_order) if kernel else None
