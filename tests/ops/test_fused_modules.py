@@ -12,7 +12,7 @@ from transformers import GemmaConfig, GemmaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.ops import fused_modules, hf_attention
+from rollout.ops import fused_attention, fused_modules, hf_attention
 from rollout.ops import paged_attention_ref as ref
 from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.paged_attention_sdpa import cache_writer
@@ -177,3 +177,27 @@ def test_the_backend_cache_writer_takes_index_copy_where_the_kernel_does_not_ser
     )
     writer(key, key, key_cache, value_cache, torch.tensor([6, 1, 3]))
     assert torch.equal(key_cache.view(-1, 2, 8)[torch.tensor([6, 1, 3])], key)
+
+
+def test_nothing_is_fused_without_the_kernels(monkeypatch) -> None:
+    monkeypatch.setattr(fused_modules, "load_cpu_kernels", lambda: None)
+    model = tiny_model("llama")
+    assert fused_modules.install(model) == {"rms_norm": 0, "gated_mlp": 0, "attention": 0}
+    assert fused_modules.fused_module_count(model) == 0
+
+
+def test_the_fused_attention_serves_only_what_it_restates() -> None:
+    """A keyword the engine's attention would use, a transformers cache or a batch of rows sends the
+    call to transformers' forward."""
+    attention = tiny_model("qwen2").model.layers[0].self_attn
+    x, rotary = torch.randn(1, 3, 64), (torch.randn(1, 3, 16), torch.randn(1, 3, 16))
+    token = hf_attention._CURRENT.set(object())
+    try:
+        assert fused_attention._serves(attention, x, rotary, {"position_ids": None, "use_cache": False})
+        assert not fused_attention._serves(attention, x, rotary, {"softcap": 30.0})
+        assert not fused_attention._serves(attention, x, rotary, {"cache": object()})
+        assert not fused_attention._serves(attention, torch.randn(2, 3, 64), rotary, {})
+        assert not fused_attention._serves(attention, x, None, {})
+    finally:
+        hf_attention._CURRENT.reset(token)
+    assert not fused_attention._serves(attention, x, rotary, {})  # outside the engine
