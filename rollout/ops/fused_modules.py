@@ -115,13 +115,14 @@ def fused_gated_mlp_forward(self: torch.nn.Module, x: torch.Tensor, *args, **kwa
 
 
 Fused = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
-# kind: (which modules, the kernel path, the forward installed: the kernel path when engaged)
-_KINDS: dict[str, tuple[Callable[[torch.nn.Module], bool], Callable[[torch.nn.Module], bool], Callable]] = {
+ModuleTest = Callable[[torch.nn.Module], bool]
+# kind: (which modules may take it, whether this one's own forward is reproduced, the forward installed)
+_KINDS: dict[str, tuple[ModuleTest, ModuleTest, Callable[..., object]]] = {
     "rms_norm": (_is_rms_norm, lambda m: _reproduces(m, _rms_norm), fused_rms_norm_forward),
     "gated_mlp": (_is_gated_mlp, lambda m: _reproduces(m, _gated_mlp), fused_gated_mlp_forward),
     "attention": (
         fused_attention.is_llama_attention,
-        fused_attention.reproduces,
+        lambda m: fused_attention.reproduces(m, PROBE_TOLERANCE),
         fused_attention.fused_attention_forward,
     ),
 }
