@@ -20,6 +20,7 @@ from rollout.ops import hf_attention
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.backends import get_backend
 from rollout.ops.cpu_kernels import load_cpu_kernels
+from rollout.ops.fused_checks import engaged, reproduced
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _QK_NORMS = ("q_norm", "k_norm")
@@ -76,13 +77,10 @@ def _serves(
 ) -> bool:
     """Inside the engine, fp32 CPU, one packed row, no transformers cache, no keyword it would use."""
     return (
-        hf_attention.in_forward_context()
+        engaged(hidden_states, module.q_proj.weight)
         and position_embeddings is not None
         and hidden_states.dim() == 3
         and hidden_states.shape[0] == 1
-        and hidden_states.dtype == module.q_proj.weight.dtype == torch.float32
-        and hidden_states.device.type == "cpu"
-        and not (hidden_states.requires_grad and torch.is_grad_enabled())
         and all(
             key in _IGNORED or (key in ("cache", "past_key_values") and value is None)
             for key, value in kwargs.items()
@@ -111,7 +109,7 @@ def attention(
 
 
 @torch.inference_mode()
-def reproduces(module: torch.nn.Module, tolerance: float) -> bool:
+def reproduces(module: torch.nn.Module) -> bool:
     """This forward against the module's own on a few tokens through a private paged cache (sdpa backend)."""
     weight = module.q_proj.weight
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
@@ -131,9 +129,7 @@ def reproduces(module: torch.nn.Module, tolerance: float) -> bool:
         except (RuntimeError, TypeError, ValueError):  # another signature or layout: not this kind
             return False
     want, got = results
-    if want.shape != got.shape or not torch.isfinite(want).all():
-        return False
-    return bool((got - want).abs().max() <= tolerance * want.abs().max().clamp_min(1.0))
+    return reproduced(got, want)
 
 
 def _own_forward(

@@ -19,14 +19,12 @@ from types import MethodType
 
 import torch
 
-from rollout.ops import fused_attention, hf_attention
+from rollout.ops import fused_attention
 from rollout.ops.cpu_kernels import load_cpu_kernels
+from rollout.ops.fused_checks import engaged, reproduced
 
 logger = logging.getLogger(__name__)
 
-# Largest difference a probe accepts, relative to the largest output: float rounding of a reduction
-# in another order, far below anything a formula difference (a weight offset, another epsilon) gives.
-PROBE_TOLERANCE = 1e-5
 _PROBE_ROWS = 3
 
 
@@ -55,17 +53,6 @@ def fused_module_count(model: torch.nn.Module) -> int:
     )
 
 
-def _engaged(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a fused forward serves this call: the engine is running the model, on fp32 CPU inputs
-    and weights, with no gradient to record (the kernels have no backward)."""
-    return (
-        hf_attention.in_forward_context()
-        and x.dtype == weight.dtype == torch.float32
-        and x.device.type == "cpu"
-        and not (x.requires_grad and torch.is_grad_enabled())
-    )
-
-
 def _is_rms_norm(module: torch.nn.Module) -> bool:
     weight = module._parameters.get("weight")
     return (
@@ -90,7 +77,7 @@ def _rms_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 def fused_rms_norm_forward(
     self: torch.nn.Module, hidden_states: torch.Tensor, *args, **kwargs
 ) -> torch.Tensor:
-    if args or kwargs or not _engaged(hidden_states, self.weight):  # e.g. a gated norm given its gate
+    if args or kwargs or not engaged(hidden_states, self.weight):  # e.g. a gated norm given its gate
         return type(self).forward(self, hidden_states, *args, **kwargs)
     return _rms_norm(self, hidden_states)
 
@@ -109,7 +96,7 @@ def _gated_mlp(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def fused_gated_mlp_forward(self: torch.nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    if args or kwargs or not _engaged(x, self.gate_proj.weight):
+    if args or kwargs or not engaged(x, self.gate_proj.weight):
         return type(self).forward(self, x, *args, **kwargs)
     return _gated_mlp(self, x)
 
@@ -122,7 +109,7 @@ _KINDS: dict[str, tuple[ModuleTest, ModuleTest, Callable[..., object]]] = {
     "gated_mlp": (_is_gated_mlp, lambda m: _reproduces(m, _gated_mlp), fused_gated_mlp_forward),
     "attention": (
         fused_attention.is_llama_attention,
-        lambda m: fused_attention.reproduces(m, PROBE_TOLERANCE),
+        fused_attention.reproduces,
         fused_attention.fused_attention_forward,
     ),
 }
@@ -142,10 +129,7 @@ def _reproduces(module: torch.nn.Module, fused: Fused) -> bool:
         got = fused(module, x)
     except (RuntimeError, TypeError, ValueError):  # a forward with other arguments is not this kind
         return False
-    if not isinstance(want, torch.Tensor) or want.shape != got.shape or not torch.isfinite(want).all():
-        return False
-    scale = want.abs().max().clamp_min(1.0)
-    return bool(((got - want).abs().max() / scale) <= PROBE_TOLERANCE)
+    return reproduced(got, want)
 
 
 def _input_width(module: torch.nn.Module) -> int:
