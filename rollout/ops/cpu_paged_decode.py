@@ -3,8 +3,9 @@
 On the CPU, decode attention through SDPA first gathers every sequence's KV blocks into a dense,
 padded tensor and then reads that copy again: more time than the model's matmuls on a GRPO-shaped
 batch. The kernel (csrc/paged_decode_cpu.cpp, built by cpu_kernels.py) walks each sequence's block
-table instead, one work item per (sequence, KV head), with an exact fp32 softmax. This module plans
-its inputs once per step and says when it can serve.
+table instead, with an exact fp32 softmax; consecutive rows whose tables begin with the same blocks (a
+prompt's n samples) are served together, each shared key read once for all of them, with results
+bit-identical to each row alone. This module plans its inputs once per step and says when it can serve.
 """
 
 from __future__ import annotations
