@@ -1,5 +1,5 @@
 """The CPU fast path for hot module kinds: RMSNorm, gated MLPs and Llama-family attention run fused
-kernels inside the engine.
+kernels inside the engine, and rotary embeddings read their cos and sin from a table (fused_rotary.py).
 
 transformers' Llama-family RMSNorm is eight eager ops, its gated MLP's activation two and its rotary
 embedding ten (fused_attention.py), each a pass over the activations plus a dispatch; on a CPU decode
@@ -19,7 +19,7 @@ from types import MethodType
 
 import torch
 
-from rollout.ops import fused_attention
+from rollout.ops import fused_attention, fused_rotary
 from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.fused_checks import engaged, reproduced
 
@@ -112,6 +112,7 @@ _KINDS: dict[str, tuple[ModuleTest, ModuleTest, Callable[..., object]]] = {
         fused_attention.reproduces,
         fused_attention.fused_attention_forward,
     ),
+    "rotary": (fused_rotary.is_rotary_embedding, fused_rotary.reproduces, fused_rotary.fused_rotary_forward),
 }
 
 

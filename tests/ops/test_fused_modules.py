@@ -82,10 +82,11 @@ def test_write_kv_kernel_refuses_a_bad_slot_before_writing_anything() -> None:
 
 @pytest.mark.parametrize(("arch", "norms"), [("llama", 5), ("qwen2", 5), ("qwen3", 9), ("mistral", 5)])
 def test_the_norms_mlps_and_attention_of_llama_family_models_are_fused(arch: str, norms: int) -> None:
-    """Two norms per layer and the final one; Qwen3 adds a query and a key norm per layer."""
+    """Two norms per layer and the final one; Qwen3 adds a query and a key norm per layer; one rotary
+    embedding per model."""
     model = tiny_model(arch)
-    assert fused_modules.install(model) == {"rms_norm": norms, "gated_mlp": 2, "attention": 2}
-    assert fused_modules.fused_module_count(model) == norms + 4
+    assert fused_modules.install(model) == {"rms_norm": norms, "gated_mlp": 2, "attention": 2, "rotary": 1}
+    assert fused_modules.fused_module_count(model) == norms + 5
 
 
 def test_rotary_kernel_equals_transformers_bit_for_bit() -> None:
@@ -182,7 +183,7 @@ def test_the_backend_cache_writer_takes_index_copy_where_the_kernel_does_not_ser
 def test_nothing_is_fused_without_the_kernels(monkeypatch) -> None:
     monkeypatch.setattr(fused_modules, "load_cpu_kernels", lambda: None)
     model = tiny_model("llama")
-    assert fused_modules.install(model) == {"rms_norm": 0, "gated_mlp": 0, "attention": 0}
+    assert fused_modules.install(model) == {"rms_norm": 0, "gated_mlp": 0, "attention": 0, "rotary": 0}
     assert fused_modules.fused_module_count(model) == 0
 
 
