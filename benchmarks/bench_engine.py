@@ -29,6 +29,7 @@ from transformers import (
 )
 
 from rollout.bench import side_by_side, systems
+from rollout.gc_heap import freeze_startup_heap
 
 SHAPES = {
     # name: (config class, model class, kwargs)
@@ -126,6 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     base = build_model(args.shape, args.device, dtype)
+    freeze_startup_heap()  # what every system's process would freeze (rollout/gc_heap.py)
     prompts = systems.random_prompts(args.prompts, *args.prompt_len, base.config.vocab_size)
     print(f"device: {systems.device_name(args.device)}; shape {args.shape}; {dtype}", flush=True)
     baselines = [b for b in side_by_side.BASELINES if b not in args.skip]

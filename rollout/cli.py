@@ -25,12 +25,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command `argv` names (default: this program's arguments). Only as the program does a
+    command treat the process as its own (rollout/gc_heap.py)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if extra and not hasattr(args, "args"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:  # delegated subcommands (bench, demo) parse their own options
         args.args = extra + args.args
+    args.owns_process = argv is None  # run as the program, not called by code that owns the process
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

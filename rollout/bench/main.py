@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from rollout.assets import default_model_path
 from rollout.bench import side_by_side, systems
+from rollout.gc_heap import freeze_startup_heap
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
+    """`owns_process`: run as a program (`rollout bench`), not by code that keeps the process."""
     args = build_parser().parse_args(argv)
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)  # transformers' per-run chatter
     for name in ("prompts", "n", "repeats"):
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model or default_model_path(), dtype=dtype).to(
         args.device
     )
+    if owns_process:  # before any system is built: every one runs in a process with a frozen start-up
+        freeze_startup_heap()
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and hi + new > limit:
         raise SystemExit(

@@ -158,9 +158,12 @@ def _backend(args: argparse.Namespace) -> tuple[Backend, Callable[[], None]]:
 
         client = RolloutClient(args.server, token=args.token, tls=args.tls_root)
         return client.generate, client.close
+    from rollout.gc_heap import freeze_startup_heap
     from rollout.llm import LLM
 
     llm = LLM(model_path(args), tokenizer=args.tokenizer, config=engine_config(args))
+    if args.owns_process:
+        freeze_startup_heap()
     return local_backend(llm), lambda: None
 
 

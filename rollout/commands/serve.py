@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rollout.engine.llm_engine import LLMEngine
+    from rollout.gc_heap import freeze_startup_heap
     from rollout.server.app import RolloutServer, ServerTLS
     from rollout.server.engine_loop import EngineLoop
     from rollout.server.metrics import serve_metrics_http
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         http = serve_metrics_http(server.metrics, args.metrics_port)
         logger.info("metrics on http://127.0.0.1:%d/metrics", http.server_address[1])
+    if args.owns_process:  # it serves until it is stopped
+        freeze_startup_heap()
     print(f"rollout serving {engine.model_info.name} on {server.address}", flush=True)
     _wait_for_signal()
     logger.info("draining (grace %.0f s)", args.grace)

@@ -24,6 +24,7 @@ from rollout.client import RolloutClient
 from rollout.config import EngineConfig
 from rollout.demo import grpo, overlap, report
 from rollout.engine.llm_engine import LLMEngine
+from rollout.gc_heap import freeze_startup_heap
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.server.app import RolloutServer
@@ -53,12 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    run(build_parser().parse_args(argv))
+def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
+    """`owns_process`: run as a program (`rollout demo`), not by code that keeps the process."""
+    run(build_parser().parse_args(argv), owns_process)
     return 0
 
 
-def run(args: argparse.Namespace) -> list[report.RoundStats]:
+def run(args: argparse.Namespace, owns_process: bool = False) -> list[report.RoundStats]:
     """The whole demo for parsed `args`; returns one RoundStats per round."""
     for name in ("rounds", "prompts", "n", "eval_prompts"):
         if getattr(args, name) < 1:
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> list[report.RoundStats]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     with _local_server(path) as server, RolloutClient(server.address, timeout=120) as client:
         client.wait_until_ready(60)
+        if owns_process:
+            freeze_startup_heap()
         print(
             f"rollout demo: server on {server.address}, model {path.name}, "
             f"{args.rounds} rounds x {args.prompts} prompts x n={args.n}",

@@ -25,6 +25,7 @@ from rollout.distributed.sharding import check_tensor_parallel, load_shard
 from rollout.distributed.step_broadcast import DriverRunner, serve_steps
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model_loader import TokenizerArg, resolve_tokenizer
+from rollout.gc_heap import freeze_startup_heap
 
 
 def start_driver(path: str | os.PathLike, config: EngineConfig, tokenizer: TokenizerArg = None) -> LLMEngine:
@@ -69,6 +70,7 @@ def run_worker(rank: int, path: str, config: EngineConfig, port: int, device_typ
     store.set(f"started/{rank}", "1")
     group = join(rank, config.tensor_parallel_size, device, store, port)
     engine = build_engine(path, config, group, None)
+    freeze_startup_heap()
     serve_steps(engine.runner, group)
     group.close()
 
