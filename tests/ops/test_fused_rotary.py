@@ -76,3 +76,18 @@ def test_edited_frequencies_rebuild_the_table() -> None:
     got = in_engine(lambda: rotary(x, positions))
     want = type(rotary).forward(rotary, x, positions)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_a_rotary_whose_output_reads_its_input_is_refused() -> None:
+    """The table is built from an empty input: a forward that reads more of x than its dtype and device
+    would give other values at serve time, and the probe (a real input) sees it."""
+    rotary = tiny_model("llama").model.rotary_emb
+    base = type(rotary)
+
+    class ScaledRotaryEmbedding(base):
+        def forward(self, x, position_ids):
+            cos, sin = base.forward(self, x, position_ids)
+            return cos * x.shape[-1], sin
+
+    rotary.__class__ = ScaledRotaryEmbedding
+    assert fused_rotary.is_rotary_embedding(rotary) and not fused_rotary.reproduces(rotary)
