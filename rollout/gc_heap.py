@@ -4,7 +4,8 @@ A full garbage collection walks every tracked object, and after torch and transf
 and a model is loaded that is about 400,000 of them: 220 ms per collection on a 2-core CPU, one every
 eight runs of the embedded model's `rollout bench` (the engine's per-step objects promote steadily).
 What is alive at start-up (modules, the model, the engine) lives as long as the process, so the
-commands that own their process (`rollout serve`, `generate`, `bench`, tensor-parallel workers) move it to the permanent generation once, as vLLM's engine process does; later full
+commands that own their process (`rollout serve`, `generate`, `bench`, `demo`, tensor-parallel
+workers) move it to the permanent generation once, as vLLM's engine process does; later full
 collections walk only what came after (about 5 ms). Reference counting still frees frozen objects;
 only cycles among them wait, which is why `LLM(...)` inside a user's process never freezes.
 """

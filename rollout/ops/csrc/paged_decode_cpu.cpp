@@ -38,6 +38,9 @@ struct Batch {
   Shapes s;
 };
 
+// The number of keys row r attends to: [first[r], lens[r]).
+int64_t keys_of(const Batch& b, int64_t r) { return std::max<int64_t>(0, b.lens[r] - b.first[r]); }
+
 // Rows [begin, end) and the keys [0, shared) their tables all map to the same blocks.
 struct Group {
   int64_t begin, end, shared;
@@ -77,7 +80,7 @@ std::vector<int64_t> balanced_split(const Batch& b, const std::vector<Group>& gr
   int64_t total = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
     for (int64_t r = groups[i].begin; r < groups[i].end; ++r)
-      cost[i] += 16 + std::max<int64_t>(0, b.lens[r] - b.first[r]);
+      cost[i] += 16 + keys_of(b, r);
     total += cost[i] * b.s.kv_heads;
   }
   std::vector<int64_t> ends;
@@ -121,12 +124,12 @@ void softmax_row(float* row, int64_t n) {
 void gather_queries(const Batch& b, const Group& g, int64_t h, Scratch& w) {
   const Shapes& s = b.s;
   int64_t total = 0;
-  for (int64_t r = g.begin; r < g.end; ++r) total += s.group * std::max<int64_t>(0, b.lens[r] - b.first[r]);
+  for (int64_t r = g.begin; r < g.end; ++r) total += s.group * keys_of(b, r);
   w.buffer.resize(static_cast<size_t>(total));
   w.q.clear(), w.scores.clear(), w.out.clear(), w.first_key.clear();
   float* row = w.buffer.data();
   for (int64_t r = g.begin; r < g.end; ++r) {
-    const int64_t n = std::max<int64_t>(0, b.lens[r] - b.first[r]);
+    const int64_t n = keys_of(b, r);
     for (int64_t j = 0; j < s.group; ++j, row += n) {
       const int64_t head = r * s.heads + h * s.group + j;
       w.q.push_back(b.q + head * s.head_dim);
@@ -171,7 +174,7 @@ void attend_group(const Batch& b, const Group& g, int64_t h, Scratch& w) {
                                b.scale);
   });
   for (int64_t r = g.begin, i = 0; r < g.end; ++r)
-    for (int64_t j = 0; j < s.group; ++j, ++i) softmax_row(w.scores[i], std::max<int64_t>(0, b.lens[r] - b.first[r]));
+    for (int64_t j = 0; j < s.group; ++j, ++i) softmax_row(w.scores[i], keys_of(b, r));
   walk(b, g, w, [&](const Queries& qs, int64_t from, int64_t to, int64_t slot) {
     rollout_decode::values_run(qs, v_head + slot * v_stride, v_stride, from, to, s.head_dim, s.v_head_dim);
   });

@@ -4,9 +4,10 @@
 // while every query that reads them is served (paged_decode_cpu.cpp groups a prompt's samples).
 //
 // Each (query, key) score and each output element is computed by the same operations in the same
-// order whatever the number of queries served together: eight-lane partial dot products reduced by
-// one fixed tree, values accumulated key by key with one FMA per element. So a row's result never
-// depends on which other rows shared its keys, bit for bit.
+// order whatever the number of queries served together: lane-wise partial dot products (eight lanes,
+// or sixteen for the 16-key tiles of an AVX-512 build) reduced by one fixed tree, values accumulated
+// key by key with one FMA per element. So a row's result never depends on which other rows shared its
+// keys, bit for bit.
 
 #pragma once
 
@@ -86,11 +87,7 @@ inline void dot8(const float* const* q, const float* k, int64_t stride, __m256* 
 
 #if defined(__AVX512F__)
 constexpr int kScoreQueries = 2;
-#else
-constexpr int kScoreQueries = 1;
-#endif
 
-#if defined(__AVX512F__)
 // Lane j <- the sum of a[j]'s sixteen lanes: pairs within 128-bit lanes, then across them.
 inline __m512 sum16(const __m512* a) {
   __m512 s[8], r[4], z[2];
@@ -114,6 +111,8 @@ inline __m512 dot16(const float* q, const float* k, int64_t stride) {
   }
   return sum16(acc);
 }
+#else
+constexpr int kScoreQueries = 1;
 #endif
 
 template <int D>
