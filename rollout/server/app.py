@@ -44,7 +44,7 @@ class ServerTLS:
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Answers UNAUTHENTICATED unless metadata carries `authorization: Bearer <token>`.
+    """Answers UNAUTHENTICATED unless metadata carries `authorization: Bearer <token>`, exactly once.
 
     Services in `open_services` (by default health and reflection: they reveal nothing secret) stay
     open so load balancers, orchestrators and tools like grpcurl can probe without the secret.
@@ -53,22 +53,25 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str, open_services: Sequence[str] = OPEN_SERVICES):
         self._expected = f"Bearer {token}".encode()
         self._open = tuple(f"/{name}/" for name in open_services)
-
-        def deny(request: object, context: grpc.ServicerContext) -> None:
-            context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (metadata 'authorization')"
-            )
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny = _denial("missing or wrong bearer token (metadata 'authorization')")
+        self._deny_repeated = _denial("metadata 'authorization' was sent more than once; send it once")
 
     def intercept_service(self, continuation, handler_call_details):
         if handler_call_details.method.startswith(self._open):
             return continuation(handler_call_details)
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        given = str(metadata.get("authorization", "")).encode()
-        if hmac.compare_digest(given, self._expected):
+        given = [v for k, v in handler_call_details.invocation_metadata or () if k == "authorization"]
+        if len(given) > 1:
+            return self._deny_repeated  # which one would count is a proxy's guess: refuse, never pick
+        if given and hmac.compare_digest(str(given[0]).encode(), self._expected):
             return continuation(handler_call_details)
         return self._deny
+
+
+def _denial(details: str) -> grpc.RpcMethodHandler:
+    def deny(request: object, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+
+    return grpc.unary_unary_rpc_method_handler(deny)
 
 
 def build_server(
