@@ -6,6 +6,7 @@ computed once (reusing cached blocks of the current version) before sampling goe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -88,8 +89,29 @@ def check_partial(
         raise ValueError(
             "resume.kept_token_ids: one per token is needed when the request asks for return_kept_tokens"
         )
+    _check_log_probabilities(partial, vocab_size)
     check_spans("resume.weight_versions", partial.weight_versions, len(tokens))
     check_spans("resume.kv_versions", partial.kv_versions, len(tokens))
+
+
+def _check_log_probabilities(partial: PartialSample, vocab_size: int) -> None:
+    """Values the engine could have produced, else ValueError: they come back as the sample's own.
+
+    A sampled token and a kept mass have probability in (0, 1]: finite and <= 0. A top-k alternative
+    may be -inf (a token the filters dropped), never NaN or above 0, and names a token id.
+    """
+    for name, values in (("logprobs", partial.logprobs), ("kept_log_mass", partial.kept_log_mass)):
+        for i, value in enumerate(values or []):
+            if not (math.isfinite(value) and value <= 0.0):
+                raise ValueError(f"resume.{name}[{i}] must be a finite log probability <= 0, got {value}")
+    for i, position in enumerate(partial.top_logprobs or []):
+        for token, value in position.items():
+            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+                raise ValueError(f"resume.top_logprobs[{i}]: token id {token!r} is outside [0, {vocab_size})")
+            if math.isnan(value) or value > 0.0:
+                raise ValueError(
+                    f"resume.top_logprobs[{i}][{token}] must be a log probability <= 0, got {value}"
+                )
 
 
 def resume_into(seq: Sequence, partial: PartialSample) -> None:

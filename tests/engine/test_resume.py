@@ -99,3 +99,55 @@ def test_a_partial_that_cannot_be_resumed_is_refused_naming_the_field(partial, p
     with pytest.raises(ValueError, match=field):
         engine.add_request("r", [3, 4, 5], params, resume=partial)
     assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize(
+    ("partial", "field"),
+    [
+        (
+            PartialSample(0, [5, 6], [0.0, float("nan")], None, [(0, 0)], [(0, 0)], [0.0, 0.0]),
+            r"logprobs\[1\]",
+        ),
+        (
+            PartialSample(0, [5, 6], [float("inf"), 0.0], None, [(0, 0)], [(0, 0)], [0.0, 0.0]),
+            r"logprobs\[0\]",
+        ),
+        (
+            PartialSample(0, [5, 6], [float("-inf"), 0.0], None, [(0, 0)], [(0, 0)], [0.0, 0.0]),
+            r"logprobs\[0\]",
+        ),
+        (PartialSample(0, [5, 6], [-1.0, 5.0], None, [(0, 0)], [(0, 0)], [0.0, 0.0]), r"logprobs\[1\]"),
+        (PartialSample(0, [5, 6], [-1.0, -2.0], None, [(0, 0)], [(0, 0)], [0.5, 0.0]), r"kept_log_mass\[0\]"),
+        (
+            PartialSample(0, [5, 6], [-1.0, -2.0], None, [(0, 0)], [(0, 0)], [0.0, float("nan")]),
+            "kept_log_mass",
+        ),
+    ],
+)
+def test_a_partial_with_impossible_log_probabilities_is_refused(partial: PartialSample, field: str) -> None:
+    """A sampled token's log probability is finite and <= 0; the engine would echo anything else back."""
+    engine = tiny_llm(seed=0).engine
+    with pytest.raises(ValueError, match=f"resume.{field}.*log probability <= 0"):
+        engine.add_request("r", [3, 4, 5], SamplingParams(logprobs=0, max_tokens=4), resume=partial)
+    assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize(
+    ("top", "match"),
+    [
+        ({7: float("nan")}, r"top_logprobs\[1\]\[7\]"),
+        ({7: 0.25}, r"top_logprobs\[1\]\[7\]"),
+        ({128: -1.0}, "128"),
+    ],
+)
+def test_a_partial_with_impossible_top_logprobs_is_refused(top: dict[int, float], match: str) -> None:
+    """A top-k alternative may be -inf (dropped by the filters), never NaN, above 0, or outside the vocabulary."""
+    engine = tiny_llm(seed=0).engine
+    tops = [{5: -0.1, 9: float("-inf")}, {6: -0.2, **top}]
+    partial = PartialSample(0, [5, 6], [-0.1, -0.2], tops, [(0, 0)], [(0, 0)], [0.0, 0.0])
+    with pytest.raises(ValueError, match=match):
+        engine.add_request("r", [3, 4, 5], SamplingParams(logprobs=2, max_tokens=4), resume=partial)
+    ok = PartialSample(
+        0, [5, 6], [-0.1, -0.2], [tops[0], {6: -0.2, 7: float("-inf")}], [(0, 0)], [(0, 0)], [0.0, 0.0]
+    )
+    engine.add_request("ok", [3, 4, 5], SamplingParams(logprobs=2, max_tokens=4), resume=ok)
