@@ -9,7 +9,6 @@ to the live ones. Any other failure cancels the call's other streams and is rais
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -26,8 +25,6 @@ from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from rollout.client import RolloutClient
-
-logger = logging.getLogger(__name__)
 
 
 class GenerateCall:
@@ -95,15 +92,11 @@ class GenerateCall:
             self.client.balancer.release(address, sum(costs[i] for i in indices))
 
     def _server_died(self, address: str, exc: BaseException) -> bool:
-        """A server still UNAVAILABLE after the retries, while others live, is given up on."""
+        """A server still UNAVAILABLE after the retries, while others live, is given up on (by every
+        call of the client: one that finds it given up by another call re-routes as well)."""
         if not (isinstance(exc, grpc.RpcError) and retryable(exc)) or self._failed:
             return False
-        if len(self.client.balancer.live()) < 2:
-            return False  # the last server: its error is the call's (a restart may bring it back)
-        why = f"{exc.code().name}: {exc.details()}"
-        logger.warning("rollout server %s stopped answering (%s); its prompts go to the others", address, why)
-        self.client.balancer.mark_dead(address, why)
-        return True
+        return self.client.balancer.give_up(address, f"{exc.code().name}: {exc.details()}")
 
     def _shard(self, address: str, indices: list[int], messages: list[pb.Prompt]) -> dict[int, RequestOutput]:
         stub = self.client.stubs[address]
@@ -119,8 +112,13 @@ class GenerateCall:
                     self._record(response, samples, prompt_ids)
                 break
             except grpc.RpcError as exc:
-                if self._failed or not retryable(exc) or attempt.last:
-                    raise
+                if (
+                    self._failed
+                    or not retryable(exc)
+                    or attempt.last
+                    or self.client.balancer.is_dead(address)
+                ):
+                    raise  # a server another call gave up on is not waited for: the prompts re-route
         return {indices[k]: self._output(messages[indices[k]], prompt_ids, k, s) for k, s in samples.items()}
 
     def _stream(

@@ -10,8 +10,11 @@ client, and its unfinished prompts go to the live ones.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
 
 
 class NoLiveServerError(ConnectionError):
@@ -57,6 +60,27 @@ class LoadBalancer:
         with self._lock:
             self._dead[address] = why
             self._load[address] = 0
+
+    def give_up(self, address: str, why: str) -> bool:
+        """Marks `address` dead unless it is the last live server; True when its work may go elsewhere.
+
+        One check under the lock, so concurrent calls that see the same server die agree: the first
+        marks it, the others find it marked and re-route too, and two servers failing at once never
+        both give up on each other.
+        """
+        with self._lock:
+            if address in self._dead:
+                return any(a not in self._dead for a in self._load)
+            if not any(a != address and a not in self._dead for a in self._load):
+                return False  # the last server: its error is the call's (a restart may bring it back)
+            self._dead[address] = why
+            self._load[address] = 0
+        logger.warning("rollout server %s stopped answering (%s); its prompts go to the others", address, why)
+        return True
+
+    def is_dead(self, address: str) -> bool:
+        with self._lock:
+            return address in self._dead
 
     def load(self, address: str) -> int:
         with self._lock:

@@ -38,6 +38,14 @@ def test_loads_are_what_is_outstanding_and_dead_servers_get_nothing() -> None:
         balancer.assign([1])
 
 
+def test_giving_up_keeps_the_last_live_server_and_agrees_across_calls() -> None:
+    balancer = LoadBalancer(["a", "b"])
+    assert balancer.give_up("a", "UNAVAILABLE: gone")
+    assert balancer.give_up("a", "UNAVAILABLE: seen by a second call")  # already given up: re-route
+    assert not balancer.give_up("b", "UNAVAILABLE: gone too")  # the last live server is kept
+    assert balancer.dead == {"a": "UNAVAILABLE: gone"} and balancer.live() == ["b"]
+
+
 def test_a_busy_server_gets_the_next_prompts_after_an_idle_one() -> None:
     with serving() as a, serving() as b, RolloutClient([a.address, b.address]) as client:
         client.balancer.assign([10_000])  # as if a long call from this client were still on a
@@ -83,3 +91,4 @@ def test_a_single_server_is_never_given_up_on() -> None:
             client.generate([[5, 6]], GREEDY)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert client.dead_servers == {}
+
