@@ -35,6 +35,15 @@ if TYPE_CHECKING:
 PromptInput = str | Sequence[int] | Sequence[Mapping[str, str]]
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 _DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+# A server that went away (a crash, a restart) is found again within seconds, by this client and by a
+# fresh one: each channel owns its connections (gRPC otherwise shares one subchannel per address
+# across the process, and a new client inherited its reconnect backoff, which grows to minutes), and
+# reconnect attempts are at most 2 s apart.
+_RECONNECT_OPTIONS = (
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
 
 
 class RolloutClient:
@@ -68,6 +77,7 @@ class RolloutClient:
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            *_RECONNECT_OPTIONS,
         ]
         self.channels = {a: _channel(a, tls, options) for a in self.addresses}
         self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}

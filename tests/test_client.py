@@ -113,3 +113,20 @@ def test_one_sampling_params_per_prompt_gives_what_the_offline_llm_gives() -> No
             client.generate(prompts, params[:2])
     assert [o.outputs for o in outputs] == [o.outputs for o in expected]
     assert [o.prompt_token_ids for o in outputs] == prompts
+
+
+def test_a_restarted_server_gets_traffic_again_from_a_fresh_client_and_the_old_one() -> None:
+    """A fresh client must not inherit the reconnect backoff of another client's connection (gRPC
+    shared one per address across the process: its first call got "Connection refused")."""
+    with serving() as first:
+        address, port = first.address, first.port
+        old = RolloutClient(address)
+        expected = old.generate([[5, 6, 7]], GREEDY)[0].outputs
+    engine = make_engine()
+    with pytest.raises(TimeoutError):
+        old.wait_until_ready(timeout=12)  # gRPC backs off between reconnects: 1 s, 1.6 s, 2.6 s, 4.1 s...
+    with serving(engine, port=port), RolloutClient(address, max_retries=0) as fresh:
+        assert fresh.generate([[5, 6, 7]], GREEDY)[0].outputs == expected  # its very first call
+        old.wait_until_ready(timeout=10)
+        assert old.generate([[5, 6, 7]], GREEDY)[0].outputs == expected
+    old.close()
