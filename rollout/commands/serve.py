@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-queue", type=int, default=4096, help="unfinished requests before RESOURCE_EXHAUSTED"
     )
+    parser.add_argument(
+        "--max-generate-calls",
+        type=int,
+        default=256,
+        help="open Generate/GenerateBatch calls before RESOURCE_EXHAUSTED (each holds a server thread)",
+    )
     parser.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message, MiB")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     parser.add_argument(
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         token_for_health_and_reflection=args.token_for_health_and_reflection,
         tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         max_message_bytes=args.max_message_mb * 2**20,
+        max_generate_calls=args.max_generate_calls,
         extra_servicers=hooks,
         extra_service_names=names,
     ).start()

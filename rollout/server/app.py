@@ -20,12 +20,15 @@ from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.metrics import Metrics
+from rollout.server.open_calls import OpenCallLimit
 from rollout.server.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, add_reflection
 from rollout.server.servicer import SERVICE_NAME, RolloutServicer
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+DEFAULT_MAX_GENERATE_CALLS = 256
+DEFAULT_CONTROL_THREADS = 32  # health, metrics, admin and weight-sync calls: never taken by generate calls
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 ServicerHook = Callable[[grpc.Server, EngineLoop], None]
 OPEN_SERVICES = (HEALTH_SERVICE_NAME, V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME)
@@ -85,7 +88,8 @@ def build_server(
     extra_service_names: Sequence[str] = (),
     health_servicer: health.HealthServicer | None = None,
     metrics: Metrics | None = None,
-    max_workers: int = 256,
+    max_generate_calls: int = DEFAULT_MAX_GENERATE_CALLS,
+    control_threads: int = DEFAULT_CONTROL_THREADS,
     token_for_health_and_reflection: bool = False,
 ) -> tuple[grpc.Server, int]:
     """A server (not started) with RolloutService, health, reflection and every extra servicer.
@@ -93,6 +97,8 @@ def build_server(
     Returns (server, bound_port); `port=0` picks a free port. Each hook registers its servicer on
     the server; list the full names of their services in `extra_service_names` for reflection.
     With a `token`, health and reflection stay open unless `token_for_health_and_reflection`.
+    At most `max_generate_calls` Generate/GenerateBatch calls are open at once (the next one is
+    RESOURCE_EXHAUSTED); every other RPC has `control_threads` threads they never take (open_calls.py).
     """
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -100,13 +106,15 @@ def build_server(
         ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
     ]
     open_services = () if token_for_health_and_reflection else OPEN_SERVICES
+    if control_threads < 1:
+        raise ValueError(f"control_threads must be at least 1, got {control_threads}")
     interceptors = [
         *([BearerTokenInterceptor(token, open_services)] if token else []),
+        OpenCallLimit(max_generate_calls),
         DecodeErrorInterceptor(),
     ]
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers, "rollout-rpc"), interceptors=interceptors, options=options
-    )
+    threads = futures.ThreadPoolExecutor(max_generate_calls + control_threads, "rollout-rpc")
+    server = grpc.server(threads, interceptors=interceptors, options=options)
     pb_grpc.add_RolloutServiceServicer_to_server(
         RolloutServicer(engine_loop, metrics or Metrics(engine_loop)), server
     )
