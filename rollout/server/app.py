@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from rollout.server.boot_id import BootIdInterceptor, new_boot_id
 from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
@@ -84,13 +85,16 @@ def build_server(
     metrics: Metrics | None = None,
     max_workers: int = 256,
     token_for_health_and_reflection: bool = False,
+    boot_id: str | None = None,
 ) -> tuple[grpc.Server, int]:
     """A server (not started) with RolloutService, health, reflection and every extra servicer.
 
     Returns (server, bound_port); `port=0` picks a free port. Each hook registers its servicer on
     the server; list the full names of their services in `extra_service_names` for reflection.
     With a `token`, health and reflection stay open unless `token_for_health_and_reflection`.
+    Every response carries `boot_id` (default: a fresh one) as metadata (boot_id.py).
     """
+    boot_id = boot_id or new_boot_id()
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -98,6 +102,7 @@ def build_server(
     ]
     open_services = () if token_for_health_and_reflection else OPEN_SERVICES
     interceptors = [
+        BootIdInterceptor(boot_id),  # first: a refused token is answered with the boot id too
         *([BearerTokenInterceptor(token, open_services)] if token else []),
         DecodeErrorInterceptor(),
     ]
@@ -105,7 +110,7 @@ def build_server(
         futures.ThreadPoolExecutor(max_workers, "rollout-rpc"), interceptors=interceptors, options=options
     )
     pb_grpc.add_RolloutServiceServicer_to_server(
-        RolloutServicer(engine_loop, metrics or Metrics(engine_loop)), server
+        RolloutServicer(engine_loop, metrics or Metrics(engine_loop), boot_id), server
     )
     for hook in extra_servicers:
         hook(server, engine_loop)
@@ -129,8 +134,13 @@ class RolloutServer:
         self.loop = engine_loop
         self.health = health.HealthServicer()
         self.metrics = Metrics(engine_loop)
+        self.boot_id = new_boot_id()  # this server's identity on every response
         self.server, self.port = build_server(
-            engine_loop, health_servicer=self.health, metrics=self.metrics, **build_kwargs
+            engine_loop,
+            health_servicer=self.health,
+            metrics=self.metrics,
+            boot_id=self.boot_id,
+            **build_kwargs,
         )
         self.host = str(build_kwargs.get("host", "127.0.0.1"))
 
