@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,13 +19,13 @@ from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from rollout.client import RolloutClient
-from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.weights.client_push import WeightSyncError
 
 from . import parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
+from .rollout_batch import RolloutBatch
 from .truncation import TruncationCorrection
 
 logger = logging.getLogger(__name__)
@@ -344,37 +343,3 @@ class RolloutGeneration(VLLMGeneration):
         holder = [obj]
         broadcast_object_list(holder, from_process=0)
         return holder[0]
-
-
-@dataclass(frozen=True)
-class RolloutBatch:
-    """One round's samples as TRL lays them out: a prompt's n samples consecutive, in prompt order."""
-
-    prompt_ids: list[list[int]]  # one per unique prompt
-    completion_ids: list[list[int]]  # one per sample
-    logprobs: list[list[float]]  # one per sample token: log p of the sampled token (truncation.py)
-    versions: list[int]  # weight version each sample was generated with
-    stale: bool  # some sample was not generated with the weights this trainer pushed
-
-    @classmethod
-    def of(
-        cls,
-        outputs: list[RequestOutput],
-        n: int,
-        accepted_versions: set[int] | None,
-        logprobs_of: Callable[[CompletionOutput], list[float]] = lambda sample: list(sample.logprobs),
-    ) -> RolloutBatch:
-        if any(len(output.outputs) != n for output in outputs):
-            raise RuntimeError(f"the rollout server returned a prompt with other than n={n} samples")
-        samples = [sample for output in outputs for sample in output.outputs]
-        for sample in samples:
-            if sample.logprobs is None or len(sample.logprobs) != len(sample.token_ids):
-                raise RuntimeError("the rollout server returned a sample without one logprob per token")
-        versions = [sample.weight_version for sample in samples]
-        return cls(
-            prompt_ids=[list(output.prompt_token_ids) for output in outputs],
-            completion_ids=[list(sample.token_ids) for sample in samples],
-            logprobs=[logprobs_of(sample) for sample in samples],
-            versions=versions,
-            stale=accepted_versions is not None and not set(versions) <= accepted_versions,
-        )
