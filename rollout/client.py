@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rollout.boot_ids import BootIds
 from rollout.generate_call import GenerateCall, attempts, deadline_of, remaining, retryable
 from rollout.load_balance import LoadBalancer, prompt_cost
 from rollout.outputs import RequestOutput
@@ -79,7 +80,8 @@ class RolloutClient:
             ("grpc.max_send_message_length", max_message_bytes),
             *_RECONNECT_OPTIONS,
         ]
-        self.channels = {a: _channel(a, tls, options) for a in self.addresses}
+        self.boot_ids = BootIds()  # which process answered at each address: restarts() counts changes
+        self.channels = {a: self.boot_ids.track(a, _channel(a, tls, options)) for a in self.addresses}
         self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}
         self._weight_pusher: WeightPusher | None = None
         self.balancer = LoadBalancer(self.addresses)

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from rollout.server.boot_id import BootIdInterceptor, new_boot_id
 from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
@@ -91,6 +92,7 @@ def build_server(
     max_generate_calls: int = DEFAULT_MAX_GENERATE_CALLS,
     control_threads: int = DEFAULT_CONTROL_THREADS,
     token_for_health_and_reflection: bool = False,
+    boot_id: str | None = None,
 ) -> tuple[grpc.Server, int]:
     """A server (not started) with RolloutService, health, reflection and every extra servicer.
 
@@ -99,7 +101,9 @@ def build_server(
     With a `token`, health and reflection stay open unless `token_for_health_and_reflection`.
     At most `max_generate_calls` Generate/GenerateBatch calls are open at once (the next one is
     RESOURCE_EXHAUSTED); every other RPC has `control_threads` threads they never take (open_calls.py).
+    Every response carries `boot_id` (default: a fresh one) as metadata (boot_id.py).
     """
+    boot_id = boot_id or new_boot_id()
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -109,6 +113,7 @@ def build_server(
     if control_threads < 1:
         raise ValueError(f"control_threads must be at least 1, got {control_threads}")
     interceptors = [
+        BootIdInterceptor(boot_id),  # first: a refused token is answered with the boot id too
         *([BearerTokenInterceptor(token, open_services)] if token else []),
         OpenCallLimit(max_generate_calls),
         DecodeErrorInterceptor(),
@@ -116,7 +121,7 @@ def build_server(
     threads = futures.ThreadPoolExecutor(max_generate_calls + control_threads, "rollout-rpc")
     server = grpc.server(threads, interceptors=interceptors, options=options)
     pb_grpc.add_RolloutServiceServicer_to_server(
-        RolloutServicer(engine_loop, metrics or Metrics(engine_loop)), server
+        RolloutServicer(engine_loop, metrics or Metrics(engine_loop), boot_id), server
     )
     for hook in extra_servicers:
         hook(server, engine_loop)
@@ -140,8 +145,13 @@ class RolloutServer:
         self.loop = engine_loop
         self.health = health.HealthServicer()
         self.metrics = Metrics(engine_loop)
+        self.boot_id = new_boot_id()  # this server's identity on every response
         self.server, self.port = build_server(
-            engine_loop, health_servicer=self.health, metrics=self.metrics, **build_kwargs
+            engine_loop,
+            health_servicer=self.health,
+            metrics=self.metrics,
+            boot_id=self.boot_id,
+            **build_kwargs,
         )
         self.host = str(build_kwargs.get("host", "127.0.0.1"))
 

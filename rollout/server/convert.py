@@ -56,6 +56,7 @@ class ServerInfo:
     has_tokenizer: bool
     version: str
     model_config: str = ""  # JSON of the model's config; "" from a server that predates it
+    boot_id: str = ""  # changes when the server process restarts; "" from a server that predates it
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
@@ -206,6 +207,7 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         has_tokenizer=message.has_tokenizer,
         version=message.version,
         model_config=message.model_config,
+        boot_id=message.boot_id,
     )
 
 

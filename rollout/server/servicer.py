@@ -57,9 +57,10 @@ def abort_with(context: grpc.ServicerContext, exc: Exception) -> None:
 
 
 class RolloutServicer(pb_grpc.RolloutServiceServicer):
-    def __init__(self, loop: EngineLoop, metrics: Metrics):
+    def __init__(self, loop: EngineLoop, metrics: Metrics, boot_id: str = ""):
         self.loop = loop
         self.metrics = metrics
+        self.boot_id = boot_id
         tokenizer = loop.engine.tokenizer
         self._max_text_chars = (
             None if tokenizer is None else text_char_limit(tokenizer, loop.engine.max_model_len)
@@ -188,6 +189,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             has_tokenizer=engine.tokenizer is not None,
             version=rollout.__version__,
             model_config=engine.model.config.to_json_string(use_diff=False),
+            boot_id=self.boot_id,
         )
 
     def ResetPrefixCache(

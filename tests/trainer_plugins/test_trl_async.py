@@ -8,6 +8,7 @@ TRL's importance-sampling correction must be each token's logprob under the weig
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,13 @@ pytest.importorskip("trl")
 
 from trl_builders import (  # noqa: E402
     grpo_args,
+    in_process_server,
     length_reward,
     logged,
     make_dataset,
     make_model,
     make_tokenizer,
+    save_model_dir,
     serving_model,
 )
 
@@ -130,3 +133,24 @@ def test_async_rounds_overlap_stay_within_the_lag_and_carry_behaviour_logprobs(
             want = logits.log_softmax(-1).gather(1, torch.tensor(completion)[:, None])[:, 0]
             worst = max(worst, (want - torch.tensor(lps)).abs().max().item())
     assert worst <= 1e-4
+
+
+def test_with_tools_no_round_is_prefetched_and_the_start_up_says_so(tmp_path: Path, caplog) -> None:
+    """TRL asks for a tool turn's prompts only after the previous turn's tools ran: nothing to prefetch."""
+    server = in_process_server(save_model_dir(tmp_path / "served", seed=1))
+    tokenizer = make_tokenizer()
+    try:
+        trainer = RolloutGRPOTrainer(
+            make_model(tokenizer, seed=0),
+            length_reward,
+            grpo_args(tmp_path),
+            train_dataset=make_dataset(),
+            processing_class=tokenizer,
+            rollout_config=RolloutConfig(server=server.address, async_generation=True),
+        )
+        trainer.tools = [len]  # what GRPOTrainer(tools=[...]) sets
+        with caplog.at_level(logging.WARNING, logger="trainer_plugins.trl"):
+            assert trainer._async_rounds() is None
+    finally:
+        server.stop(grace=0.0)
+    assert "async_generation has no effect with tools" in caplog.text

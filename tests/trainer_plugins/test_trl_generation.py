@@ -29,6 +29,9 @@ class LocalClient:
     def __init__(self, target: str | list[str], token: str | None = None, tls: object = None) -> None:
         self.addresses = ["local"]
         self.tokenizer = make_tokenizer()
+        self.boots = -1  # restarts, as a RolloutClient counts them from boot ids
+        self.boot_ids = SimpleNamespace(restarts=lambda: {"local": self.boots})
+        self.dead_servers: dict[str, str] = {}
         self.restart()
         self.calls: list[tuple[int, SamplingParams]] = []
         self.in_flight_policies: list[str] = []
@@ -37,6 +40,7 @@ class LocalClient:
 
     def restart(self) -> None:
         self.llm = LLM(model=make_model(self.tokenizer, seed=1), tokenizer=self.tokenizer)
+        self.boots += 1
 
     def wait_until_ready(self, timeout: float) -> None:
         if self.down:
@@ -58,9 +62,15 @@ class LocalClient:
         self.before_generate(params)
         return self.llm.generate(prompts, params)
 
-    def update_weights(self, named_tensors: list, transport: str = "grpc", in_flight: str = "wait") -> int:
+    def update_weights(
+        self,
+        named_tensors: list,
+        transport: str = "grpc",
+        version: int | None = None,
+        in_flight: str = "wait",
+    ) -> int:
         self.in_flight_policies.append(in_flight)
-        return self.llm.update_weights(named_tensors, in_flight=in_flight)
+        return self.llm.update_weights(named_tensors, version, in_flight=in_flight)
 
 
 def make_trainer(
@@ -150,7 +160,7 @@ def test_a_server_that_lost_the_weights_gets_them_again_before_generating(tmp_pa
 
     backend.sync_weights = push_then_restart
     trainer.train()
-    assert pushes == [1, 2, 1, 2]  # the restarted server got push 2 again, then push 3
+    assert pushes == [1, 2, 3, 4]  # the restarted server got push 2 again (as version 3), then push 3
     diffs = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]
     assert max(diffs) < 1e-4  # no round sampled from the restarted server's own weights
 

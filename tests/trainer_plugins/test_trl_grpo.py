@@ -21,6 +21,7 @@ from trl_builders import (  # noqa: E402
     CHARS,
     free_port,
     grpo_args,
+    in_process_server,
     length_reward,
     make_dataset,
     make_model,
@@ -203,6 +204,19 @@ def test_a_server_with_another_tokenizer_of_the_same_size_is_refused_by_name(tmp
         make_trainer(tmp_path, [good, bad])
 
 
+def test_a_single_server_with_another_tokenizer_is_refused_without_an_address_to_tell_apart(tmp_path) -> None:
+    model_dir = tmp_path / "reversed_chars"
+    tokenizer = make_tokenizer(list(reversed(CHARS)))
+    make_model(tokenizer, seed=1).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    server = in_process_server(model_dir)
+    try:
+        with pytest.raises(RolloutModelMismatch, match=r"^vocabulary mismatch: the server tokenizes"):
+            make_trainer(tmp_path, server.address)
+    finally:
+        server.stop(grace=0.0)
+
+
 @pytest.mark.slow
 def test_restarted_server_gets_weights_again_before_generating(tmp_path: Path) -> None:
     model_dir = save_model_dir(tmp_path / "server_model", seed=1)
@@ -226,7 +240,9 @@ def test_restarted_server_gets_weights_again_before_generating(tmp_path: Path) -
         for server in servers:
             stop_server(server)
     assert len(servers) == 2
-    assert recorder.versions == [1, 2, 1, 2]  # the fresh server got push #2 again, then push #3
+    # The fresh server was checked again and got push #2 again as version 3 (after the versions it had
+    # answered with, so versions never repeat), then push #3 as version 4.
+    assert recorder.versions == [1, 2, 3, 4]
     assert recorder.greedy_mismatches == []
     assert max(recorder.logprob_diffs) < 1e-4
     trl_diffs = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history if "loss" in h]

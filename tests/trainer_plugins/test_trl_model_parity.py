@@ -16,8 +16,8 @@ import torch
 pytest.importorskip("trl")
 
 from trl_builders import (  # noqa: E402
-    free_port,
     grpo_args,
+    in_process_server,
     length_reward,
     logged,
     make_dataset,
@@ -25,10 +25,8 @@ from trl_builders import (  # noqa: E402
     make_tokenizer,
     save_model_dir,
     serving_model,
-    start_server,
 )
 
-from tests.serve_process import stop_server  # noqa: E402
 from trainer_plugins.trl import (  # noqa: E402
     ParityMismatch,
     RolloutConfig,
@@ -81,30 +79,6 @@ def test_parity_probe_refuses_an_untied_server_lm_head_the_comparison_missed(tmp
     assert trainer.state.global_step == 0
 
 
-def test_parity_probe_runs_again_after_a_restart_and_catches_another_model(tmp_path: Path) -> None:
-    port = free_port()
-    same = save_model_dir(tmp_path / "same", seed=1)
-    other = save_model_dir(tmp_path / "other_rope", seed=1, rope_theta=5.0)  # restarts as another model
-    servers = [start_server(same, port, tmp_path / "same.log")]
-    try:
-        trainer = make_trainer(tmp_path, f"127.0.0.1:{port}", max_steps=3)
-        backend, push = trainer.vllm_generation, trainer.vllm_generation.sync_weights
-
-        def push_then_restart() -> None:
-            push()
-            if len(servers) == 1 and trainer.state.global_step == 1:
-                stop_server(servers[0])
-                servers.append(start_server(other, port, tmp_path / "other.log"))
-
-        backend.sync_weights = push_then_restart
-        with pytest.raises(ParityMismatch, match="after re-pushing to a server that lost the weights"):
-            trainer.train()
-    finally:
-        for server in servers:
-            stop_server(server)
-    assert len(servers) == 2 and trainer.state.global_step == 1  # the round after the restart never trained
-
-
 def test_fp32_trainer_feeds_a_bf16_server_cast_on_push(tmp_path: Path, caplog) -> None:
     with serving_model(tmp_path, "--dtype", "bfloat16") as address:
         trainer = make_trainer(tmp_path, address)
@@ -115,3 +89,27 @@ def test_fp32_trainer_feeds_a_bf16_server_cast_on_push(tmp_path: Path, caplog) -
     assert "parity probe after the first weight push" in caplog.text
     diffs = logged(trainer, "sampling/sampling_logp_difference/mean")
     assert len(diffs) == 2 and max(diffs) < 6e-2  # bf16 noise, not another policy
+
+
+def test_bf16_autocast_trainer_is_probed_at_bf16_noise_against_an_fp32_server(tmp_path: Path, caplog) -> None:
+    """GRPOConfig(bf16=True), TRL's default: fp32 parameters, forward under bf16 autocast; the server
+    computes in fp32. The probe's limit is the bf16 noise the trainer really computes with."""
+    server = in_process_server(save_model_dir(tmp_path / "served", seed=1))
+    tokenizer = make_tokenizer()
+    try:
+        trainer = RolloutGRPOTrainer(
+            sharpened(make_model(tokenizer, seed=0)),
+            length_reward,
+            grpo_args(tmp_path, max_steps=1, bf16=True),
+            train_dataset=make_dataset(),
+            processing_class=tokenizer,
+            rollout_config=RolloutConfig(server=server.address, wait_timeout=120),
+        )
+        with caplog.at_level(logging.INFO, logger="trainer_plugins.trl"):
+            trainer.train()
+    finally:
+        server.stop(grace=0.0)
+    probe = next(line for line in caplog.text.splitlines() if "parity probe" in line)
+    print(probe)
+    assert "trainer computes in bfloat16 (mixed-precision autocast), server in float32" in probe
+    assert trainer.state.global_step == 1

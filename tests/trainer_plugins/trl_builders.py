@@ -19,6 +19,12 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
+from rollout import EngineConfig
+from rollout.engine.llm_engine import LLMEngine
+from rollout.server.app import RolloutServer
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.weights_servicer import SERVICE_NAME as WEIGHTS_SERVICE
+from rollout.server.weights_servicer import register_weight_sync
 from tests.serve_process import announced_address, start_serve, stop_server
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -107,6 +113,14 @@ def serving_model(tmp_path: Path, *extra: str, seed: int = 1, **overrides: objec
         yield announced_address(process, log_path)
     finally:
         stop_server(process)
+
+
+def in_process_server(model_dir: Path, port: int = 0) -> RolloutServer:
+    """A started server of `model_dir` in this process (seconds, not a child's tens of seconds under
+    load): restarting one on the same port is a new server process as clients see it (a new boot id)."""
+    engine = LLMEngine.from_pretrained(str(model_dir), EngineConfig())
+    hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[WEIGHTS_SERVICE])
+    return RolloutServer(EngineLoop(engine), port=port, **hooks).start()
 
 
 def grpo_args(tmp_path: Path, max_steps: int = 2, **overrides: object) -> GRPOConfig:

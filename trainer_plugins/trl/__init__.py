@@ -6,8 +6,9 @@ Switching a vLLM server-mode script: replace `GRPOTrainer` with `RolloutGRPOTrai
 """
 
 from .config import RolloutConfig
-from .generation import RolloutBatch, RolloutGeneration, StaleWeightsError
+from .generation import RolloutGeneration, StaleWeightsError
 from .parity_probe import ParityMismatch
+from .rollout_batch import RolloutBatch
 from .server_checks import RolloutModelMismatch, RolloutServerUnavailable
 from .trainer import RolloutGRPOTrainer
 

@@ -11,7 +11,9 @@ token under the weights that sampled it, so the lag is corrected token by token.
 
 Nothing is trained on silently: a prefetched round is used only if its prompts are exactly the ones
 TRL asks for and its oldest token is at most `max_lag` pushes old; otherwise it is dropped and the
-round generated afresh (`events` says which). Errors of the background call surface in the trainer's
+round generated afresh (`events` says which). A round that a restarted server took part in, or
+that a server stopped answering during, is dropped too ("dropped: restart"): the fresh round then
+rides the restart out (generation.py). Other errors of the background call surface in the trainer's
 thread when the round is taken; `close()` waits for the call in flight, so no thread outlives train().
 """
 
@@ -24,6 +26,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from . import server_restarts
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +73,8 @@ class LookaheadLoader:
 
 @dataclass(frozen=True)
 class RoundEvent:
-    """What happened to a round: "submitted", "used", "dropped: prompts", "dropped: lag", "fresh"."""
+    """What happened to a round: "submitted", "used", "dropped: prompts", "dropped: lag",
+    "dropped: restart", "fresh"."""
 
     kind: str
     global_step: int
@@ -80,6 +85,7 @@ class RoundEvent:
 class _Prefetch:
     prompt_ids: list[list[int]]  # one per unique prompt
     future: Future
+    recoveries: int  # the generation's restart recoveries when it was submitted
 
 
 class AsyncRounds:
@@ -104,7 +110,10 @@ class AsyncRounds:
         if pending is None:
             self._record("fresh")
             return None
-        batch = pending.future.result()  # a failure of the background call is raised here
+        batch = self._result(pending)
+        if batch is None:
+            self._record("dropped: restart")
+            return None
         versions = tuple(batch.versions)
         if pending.prompt_ids != prompt_ids:
             self._record("dropped: prompts", versions)
@@ -136,8 +145,21 @@ class AsyncRounds:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-async-round")
         future = self._pool.submit(self.generation._request, unique, n, None)
-        self._pending = _Prefetch(unique, future)
+        self._pending = _Prefetch(unique, future, self.generation.recoveries)
         self._record("submitted")
+
+    def _result(self, pending: _Prefetch) -> Any | None:
+        """The round, or None if a server restarted or stopped answering since it was submitted."""
+        try:
+            batch = pending.future.result()  # a failure of the background call is raised here
+        except Exception as exc:
+            if not server_restarts.gone(exc):
+                raise
+            return None
+        watch = self.generation.watch
+        if pending.recoveries != self.generation.recoveries or (watch is not None and watch.restarted()):
+            return None
+        return batch
 
     def close(self) -> None:
         """Waits for the call in flight (its result is dropped) and stops the thread."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,19 +19,21 @@ from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from rollout.client import RolloutClient
-from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.weights.client_push import WeightSyncError
 
-from . import parity_probe, push_dtype, server_checks
+from . import parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
+from .rollout_batch import RolloutBatch
 from .truncation import TruncationCorrection
 
 logger = logging.getLogger(__name__)
 
 # generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent.
 SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos")
+# Restarts ridden out in a row within one push or one round before training stops.
+MAX_RECOVERIES = 3
 
 
 class StaleWeightsError(RuntimeError):
@@ -50,8 +51,11 @@ class RolloutGeneration(VLLMGeneration):
         self.pushed_versions: list[int] = []  # every version this trainer pushed, oldest first
         self.async_rounds: AsyncRounds | None = None  # set by the trainer in async mode
         self.served_versions: dict[str, int] = {}  # per server address, right after our last push
-        self.probe_due = config.parity_probe  # after the first push and after a server lost our weights
+        self.probe_due = config.parity_probe  # after the first push and after a server restarted
         self.probes = 0
+        self.watch: server_restarts.RestartWatch | None = None  # main process: restarts since the last checks
+        self.recoveries = 0  # servers brought back (restarted, or gone and back) during training
+        self.next_version: int | None = None  # the version of the push after a recovery (all servers agree)
         self.server_dtype: torch.dtype | None = None  # main process: what pushes are cast to
         self.context_length: int | None = None  # main process: the servers' smallest max_model_len
         args = trainer.args
@@ -79,16 +83,21 @@ class RolloutGeneration(VLLMGeneration):
         self.sampling_params(1, max_tokens=1)  # fail fast on unsupported generation settings, everywhere
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
+            self.watch = server_restarts.RestartWatch(self.client)
             infos = server_checks.check_server(
                 self.client, self.model, self.processing_class, self.rollout_config
             )
+        self._set_facts(infos if self.accelerator.is_main_process else None)
+
+    def _set_facts(self, infos: list[Any] | None) -> None:
+        """What pushes and requests need to know of the servers (main process's `infos`), everywhere."""
+        facts = None
+        if infos is not None:
             facts = (
                 push_dtype.server_dtype(infos, self.client.addresses),
                 min(i.max_model_len for i in infos),
             )
-        self.server_dtype, self.context_length = self._broadcast(
-            facts if self.accelerator.is_main_process else None
-        )
+        self.server_dtype, self.context_length = self._broadcast(facts)
 
     def sampling_params(self, n: int, max_tokens: int | None = None) -> SamplingParams:
         """GRPOConfig's sampling settings as rollout SamplingParams (what TRL sends vLLM).
@@ -127,21 +136,73 @@ class RolloutGeneration(VLLMGeneration):
     def sync_weights(self) -> None:
         """Pushes the trainer's (gathered, PEFT-merged) weights; every process takes part in the gather.
 
-        The first push, and the first after a server lost the weights, is followed by the parity probe.
+        The first push, and the first after a server restarted, is followed by the parity probe. A
+        server that restarted or stopped answering before or during the push or the probe is waited
+        for and checked again, then pushed to and probed again (`_recover`).
         """
+        for _ in range(MAX_RECOVERIES + 1):
+            if self._synced():
+                return
+            self._recover()
+        raise server_checks.RolloutServerUnavailable(
+            f"the rollout servers at {', '.join(self.rollout_config.addresses)} restarted "
+            f"{MAX_RECOVERIES + 1} times in a row during one weight push; training stops"
+        )
+
+    def _synced(self) -> bool:
+        """One push, then the probe if due; False when a server restarted or went away meanwhile."""
+        is_main = self.accelerator.is_main_process
+        if not self._broadcast(self._push_watching() if is_main else self._gather_only()):
+            return False
+        if not self.probe_due:
+            return True
+        samples = self._broadcast(self._watching(self._probe_samples) if is_main else None)
+        if samples is None:
+            return False
+        self.probe_due = False
+        self._probe_parity(
+            samples, "after the first weight push" if self.probes == 0 else "after a server restart"
+        )
+        self.probes += 1
+        return True
+
+    def _recover(self) -> None:
+        """Main process: waits for the servers and re-runs the start-up checks; the next push is probed."""
+        infos = None
         if self.accelerator.is_main_process:
-            self._push()
-        else:
-            for _ in self._iter_named_params():  # the gathers are collectives
-                pass
-        if self.probe_due:
-            self.probe_due = False
-            self._probe_parity(
-                "after the first weight push"
-                if self.probes == 0
-                else "after re-pushing to a server that lost the weights"
+            self.client, self.watch, infos = server_restarts.recheck(
+                self.client, self.model, self.processing_class, self.rollout_config
             )
-            self.probes += 1
+            served = max([info.weight_version for info in infos] + [self.pushed_version or 0])
+            self.next_version = served + 1  # every server accepts it: all versions stay comparable
+        self._set_facts(infos)
+        self.probe_due = self.rollout_config.parity_probe
+        self.recoveries += 1
+
+    def _push_watching(self) -> bool:
+        """Main process: pushes; False when a server stopped answering or is another process now."""
+        return self._watching(lambda: self._push() or True) is not None
+
+    def _watching(self, call: Callable[[], Any]) -> Any:
+        """`call()`, or None when a server stopped answering during it or restarted since the last checks."""
+        try:
+            result = call()
+        except Exception as exc:
+            if not server_restarts.gone(exc):
+                raise
+            server_restarts.log_recovery(
+                f"a server stopped answering: {exc}", self.client.addresses, self.rollout_config
+            )
+            return None
+        restarted = self.watch.restarted()
+        if restarted:
+            server_restarts.log_recovery("a server restarted", restarted, self.rollout_config)
+            return None
+        return result
+
+    def _gather_only(self) -> None:
+        for _ in self._iter_named_params():  # the gathers are collectives
+            pass
 
     def _push(self) -> None:
         named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
@@ -150,6 +211,7 @@ class RolloutGeneration(VLLMGeneration):
             version = self.client.update_weights(
                 named,
                 transport=self.rollout_config.transport,
+                version=self.next_version,
                 in_flight=self.rollout_config.in_flight,
                 **self.rollout_config.transport_options,
             )
@@ -158,19 +220,23 @@ class RolloutGeneration(VLLMGeneration):
             if mismatch is None:
                 raise
             raise mismatch from exc
+        self.next_version = None
         self.pushed_version = int(version)
         self.pushed_versions.append(self.pushed_version)
         self.served_versions = self._server_versions()
 
-    def _probe_parity(self, where: str) -> None:
-        """Main process samples, every process scores (a sharded model's forward is a collective)."""
-        samples = self._broadcast(self._probe_samples() if self.accelerator.is_main_process else None)
-        server_dtype = self.server_dtype or self.model.dtype
-        names = (push_dtype.dtype_name(self.model.dtype), push_dtype.dtype_name(server_dtype))
-        limit = parity_probe.tolerance(*names, self.rollout_config.parity_tolerance)
-        mean, worst = parity_probe.compare(self.model, samples, limit, where)
+    def _probe_parity(self, samples: list[parity_probe.ProbeSample], where: str) -> None:
+        """Every process scores the main process's samples (a sharded model's forward is a collective)."""
+        precision = parity_probe.Precision.of(self.model, self.accelerator, self.server_dtype)
+        limit = precision.tolerance(self.rollout_config.parity_tolerance)
+        mean, worst = parity_probe.compare(self.model, samples, limit, where, precision)
         logger.info(
-            "rollout parity probe %s: mean |logp diff| %.2e, max %.2e (limit %.2e)", where, mean, worst, limit
+            "rollout parity probe %s: mean |logp diff| %.2e, max %.2e (limit %.2e, %s)",
+            where,
+            mean,
+            worst,
+            limit,
+            precision,
         )
 
     def _probe_samples(self) -> list[parity_probe.ProbeSample]:
@@ -187,12 +253,14 @@ class RolloutGeneration(VLLMGeneration):
         must_copy = is_peft_model(self.model) or self._dist.is_zero3 or self._dist.is_fsdp
         return tensor.detach().clone() if must_copy else tensor.detach()
 
-    def _server_lost_weights(self) -> bool:
-        """True when the server no longer serves the version this trainer pushed (restart, other writer)."""
+    def _servers_changed(self) -> bool:
+        """Main process: True when a server no longer serves the version this trainer pushed
+        (another writer), restarted, or stopped answering; waits up to wait_timeout for a server first."""
         if self.pushed_version is None:
             return False
-        server_checks.wait_ready(self.client, self.rollout_config)  # rides out a server restart
-        return self._server_versions() != self.served_versions
+        server_checks.wait_ready(self.client, self.rollout_config)  # a server gone for good ends here
+        versions = self._watching(self._server_versions)
+        return versions is None or versions != self.served_versions
 
     def _server_versions(self) -> dict[str, int]:
         return {address: self.client.server_info(address).weight_version for address in self.client.addresses}
@@ -226,20 +294,42 @@ class RolloutGeneration(VLLMGeneration):
     def _generate_fresh(
         self, unique_prompts: list[list[int]], n: int, profiler: AbstractContextManager | None
     ) -> RolloutBatch:
-        """Generates with the pushed weights; re-pushes once if the server lost them (e.g. it restarted)."""
-        batch = None
-        for _ in range(2):
+        """Generates with the pushed weights. A server that restarted or stopped answering before or
+        during the round is waited for, checked, pushed to and probed again, and the round generated
+        again; a server that serves other weights without restarting gets ours once more."""
+        recoveries = stale = 0
+        while True:
             is_main = self.accelerator.is_main_process
-            if self._broadcast(self._server_lost_weights() if is_main else None):
+            batch = self._broadcast(self._watched_round(unique_prompts, n, profiler) if is_main else None)
+            if batch is None:
+                recoveries += 1
+                if recoveries > MAX_RECOVERIES:
+                    raise server_checks.RolloutServerUnavailable(
+                        f"the rollout servers at {', '.join(self.rollout_config.addresses)} restarted "
+                        f"{recoveries} times in a row during one round; training stops"
+                    )
+                self._recover()
+                self.sync_weights()
+            elif not batch.stale:
+                return batch
+            elif stale == 1:
+                raise StaleWeightsError(
+                    f"the rollout server generated with weight versions {sorted(set(batch.versions))}, not the "
+                    f"pushed version, twice in a row; is another trainer pushing to "
+                    f"{', '.join(self.rollout_config.addresses)}?"
+                )
+            else:
+                stale += 1
                 self.probe_due = self.rollout_config.parity_probe
                 self.sync_weights()
-            batch = self._broadcast(self._request(unique_prompts, n, profiler) if is_main else None)
-            if not batch.stale:
-                return batch
-        raise StaleWeightsError(
-            f"the rollout server generated with weight versions {sorted(set(batch.versions))}, not the pushed "
-            f"version, twice in a row; is another trainer pushing to {', '.join(self.rollout_config.addresses)}?"
-        )
+
+    def _watched_round(
+        self, unique_prompts: list[list[int]], n: int, profiler: AbstractContextManager | None
+    ) -> RolloutBatch | None:
+        """Main process: the round, or None when a server restarted or went away before or during it."""
+        if self._servers_changed():
+            return None
+        return self._watching(lambda: self._request(unique_prompts, n, profiler))
 
     def _request(
         self, unique_prompts: list[list[int]], n: int, profiler: AbstractContextManager | None
@@ -253,37 +343,3 @@ class RolloutGeneration(VLLMGeneration):
         holder = [obj]
         broadcast_object_list(holder, from_process=0)
         return holder[0]
-
-
-@dataclass(frozen=True)
-class RolloutBatch:
-    """One round's samples as TRL lays them out: a prompt's n samples consecutive, in prompt order."""
-
-    prompt_ids: list[list[int]]  # one per unique prompt
-    completion_ids: list[list[int]]  # one per sample
-    logprobs: list[list[float]]  # one per sample token: log p of the sampled token (truncation.py)
-    versions: list[int]  # weight version each sample was generated with
-    stale: bool  # some sample was not generated with the weights this trainer pushed
-
-    @classmethod
-    def of(
-        cls,
-        outputs: list[RequestOutput],
-        n: int,
-        accepted_versions: set[int] | None,
-        logprobs_of: Callable[[CompletionOutput], list[float]] = lambda sample: list(sample.logprobs),
-    ) -> RolloutBatch:
-        if any(len(output.outputs) != n for output in outputs):
-            raise RuntimeError(f"the rollout server returned a prompt with other than n={n} samples")
-        samples = [sample for output in outputs for sample in output.outputs]
-        for sample in samples:
-            if sample.logprobs is None or len(sample.logprobs) != len(sample.token_ids):
-                raise RuntimeError("the rollout server returned a sample without one logprob per token")
-        versions = [sample.weight_version for sample in samples]
-        return cls(
-            prompt_ids=[list(output.prompt_token_ids) for output in outputs],
-            completion_ids=[list(sample.token_ids) for sample in samples],
-            logprobs=[logprobs_of(sample) for sample in samples],
-            versions=versions,
-            stale=accepted_versions is not None and not set(versions) <= accepted_versions,
-        )

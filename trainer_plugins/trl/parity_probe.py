@@ -3,12 +3,15 @@
 The config comparison catches known settings; the probe catches everything else (custom code, a
 setting the comparison skips, a server keeping tensors the trainer never pushes). Logprobs are
 compared unscaled ("raw" on the server, plain log-softmax in the trainer), so sampling settings
-cannot hide or cause a difference; the tolerance is the numerical noise of the lower precision.
+cannot hide or cause a difference; the tolerance is the numerical noise of the lowest precision
+either side computes in: the trainer's under its mixed-precision autocast (GRPOConfig(bf16=True)),
+not its parameters' dtype.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -22,6 +25,8 @@ PROBE_TOKENS = 8
 
 # Mean |server - trainer| per token, in nats, within which two implementations of one model agree.
 TOLERANCE_BY_DTYPE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 6e-2}
+# accelerate's mixed_precision setting -> the dtype its autocast computes the forward pass in.
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 class ParityMismatch(RolloutModelMismatch):
@@ -72,15 +77,37 @@ def trainer_logprobs(model: torch.nn.Module, sample: ProbeSample) -> torch.Tenso
     return logps.gather(-1, torch.tensor(sample.completion_ids, device=device)[:, None])[:, 0].cpu()
 
 
-def tolerance(trainer_dtype: str, server_dtype: str, configured: float | None) -> float:
-    """The configured value, else the noise level of the less precise of the two dtypes."""
-    if configured is not None:
-        return configured
-    return max(TOLERANCE_BY_DTYPE.get(trainer_dtype, 6e-2), TOLERANCE_BY_DTYPE.get(server_dtype, 6e-2))
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes the trainer's forward pass (autocast included) and the server compute in."""
+
+    trainer: str
+    server: str
+    autocast: bool  # the trainer's dtype comes from mixed-precision autocast
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, accelerator: Any, server_dtype: torch.dtype | None) -> Precision:
+        params = str(next(model.parameters()).dtype).removeprefix("torch.")
+        autocast = AUTOCAST_DTYPES.get(str(getattr(accelerator, "mixed_precision", "no")))
+        trainer = autocast if autocast and _noise(autocast) > _noise(params) else params
+        server = str(server_dtype).removeprefix("torch.") if server_dtype is not None else params
+        return cls(trainer, server, trainer != params)
+
+    def tolerance(self, configured: float | None) -> float:
+        """The configured value, else the noise level of the less precise side."""
+        return configured if configured is not None else max(_noise(self.trainer), _noise(self.server))
+
+    def __str__(self) -> str:
+        how = " (mixed-precision autocast)" if self.autocast else ""
+        return f"trainer computes in {self.trainer}{how}, server in {self.server}"
+
+
+def _noise(dtype: str) -> float:
+    return TOLERANCE_BY_DTYPE.get(dtype, TOLERANCE_BY_DTYPE["bfloat16"])
 
 
 def compare(
-    model: torch.nn.Module, samples: list[ProbeSample], limit: float, where: str
+    model: torch.nn.Module, samples: list[ProbeSample], limit: float, where: str, precision: Precision
 ) -> tuple[float, float]:
     """(mean, max) |difference| per token; raises ParityMismatch when the mean is above `limit`."""
     diffs = torch.cat([(trainer_logprobs(model, s) - torch.tensor(s.server_logprobs)).abs() for s in samples])
@@ -88,9 +115,10 @@ def compare(
     if not mean <= limit:
         raise ParityMismatch(
             f"parity probe failed {where}: the server's logprobs for its own samples differ from the trainer's "
-            f"by {mean:.3g} nats per token on average (max {worst:.3g}; numerical noise for these dtypes is "
-            f"below {limit:.3g}). The server computes another function than the trainer's model: serve the "
-            "trainer's checkpoint with the same config (RolloutConfig.parity_tolerance sets the limit, "
-            "parity_probe=False skips the probe)."
+            f"by {mean:.3g} nats per token on average (max {worst:.3g}), more than the {limit:.3g} that "
+            f"numerical noise explains when the {precision}. The server most likely runs another model or "
+            "config than the trainer (weights the trainer never pushes, such as an untied lm_head; a setting "
+            "the config comparison skips; custom code): serve the trainer's checkpoint with the same config. "
+            "RolloutConfig.parity_tolerance sets the limit, parity_probe=False skips the probe."
         )
     return mean, worst

@@ -64,7 +64,8 @@ def check_server(
     if config.check_vocabulary:
         for address, info in zip(client.addresses, infos, strict=True):
             if field(info, "has_tokenizer") is not False:
-                check_vocabulary(_one_server(client, address, config), tokenizer, address)
+                named = address if len(infos) > 1 else None  # one server: nothing to tell apart
+                check_vocabulary(_one_server(client, address, config), tokenizer, named)
     return infos
 
 

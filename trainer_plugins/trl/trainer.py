@@ -51,8 +51,13 @@ class RolloutGRPOTrainer(GRPOTrainer):
         self.async_rounds = self._async_rounds() if self.rollout_config.async_generation else None
         self.vllm_generation.async_rounds = self.async_rounds
 
-    def _async_rounds(self) -> AsyncRounds:
-        """The async mode's machinery; refuses the settings under which its lag would go uncorrected."""
+    def _async_rounds(self) -> AsyncRounds | None:
+        """The async mode's machinery; refuses the settings under which its lag would go uncorrected.
+
+        None with tools: TRL asks for each tool turn's prompts only once the previous turn's tool
+        calls have run, and a round's first turn only after the last turn of the round before, so
+        no round can be generated ahead; saying so once beats dropping every prefetched round.
+        """
         if not self.args.vllm_importance_sampling_correction:
             raise ValueError(
                 "RolloutConfig.async_generation trains on rounds generated with older weights; "
@@ -60,6 +65,12 @@ class RolloutGRPOTrainer(GRPOTrainer):
             )
         if self.accelerator.num_processes > 1:
             raise NotImplementedError("RolloutConfig.async_generation runs with one training process for now")
+        if getattr(self, "tools", None):
+            logger.warning(
+                "RolloutConfig.async_generation has no effect with tools: each turn's prompts exist only once "
+                "the previous turn's tool calls ran, so rounds are generated when TRL asks for them"
+            )
+            return None
         return AsyncRounds(self, self.vllm_generation, self.rollout_config.max_lag)
 
     def get_train_dataloader(self) -> Any:
