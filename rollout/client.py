@@ -25,15 +25,16 @@ from rollout.boot_ids import BootIds
 from rollout.generate_call import GenerateCall, attempts, deadline_of, remaining, retryable
 from rollout.load_balance import LoadBalancer, prompt_cost
 from rollout.outputs import RequestOutput
-from rollout.sampling_params import SamplingParams
+from rollout.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.server import convert
+from rollout.server.chat_messages import conversation_to_proto, is_conversation, message_chars
 from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from rollout.weights.client_push import WeightPusher
 
-PromptInput = str | Sequence[int] | Sequence[Mapping[str, str]]
+PromptInput = str | Sequence[int] | Sequence[Mapping[str, Any]]
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 _DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 # A server that went away (a crash, a restart) is found again within seconds, by this client and by a
@@ -90,22 +91,32 @@ class RolloutClient:
 
     def generate(
         self,
-        prompts: Sequence[PromptInput],
+        prompts: str | Sequence[PromptInput],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         request_id_prefix: str | None = None,
         timeout: float | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Every prompt's n samples, in prompt order, samples in index order (as `LLM.generate`).
 
-        A prompt is text, token ids, or chat messages ([{"role": ..., "content": ...}]). Request
-        ids are "<prefix>-<prompt index>"; reusing a prefix returns the earlier results. `params`
-        may be one SamplingParams per prompt (prompts sharing params go in one call, the calls run
-        concurrently, ids "<prefix>-g<group>-<index in group>").
+        A prompt is text, token ids, or chat messages (a list of message objects, each sent whole
+        as JSON: tool calls, tool results, names, content parts reach the server's chat template;
+        `tools`: tool definitions for the template of every chat prompt). Request ids are
+        "<prefix>-<prompt index>"; reusing a prefix returns the earlier results. `params` (or
+        vLLM's name, `sampling_params`) may be one SamplingParams per prompt (prompts sharing params
+        go in one call, the calls run concurrently, ids "<prefix>-g<group>-<index in group>").
         """
+        params = params_or_sampling_params(params, sampling_params)
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if tools is not None and not any(is_conversation(p) for p in prompts):
+            raise ValueError("tools: given, but no prompt is a chat conversation to render them in")
         if params is not None and not isinstance(params, SamplingParams):
-            return self._generate_per_prompt(prompts, params, request_id_prefix, timeout)
+            return self._generate_per_prompt(prompts, params, request_id_prefix, timeout, tools)
         params = params or SamplingParams()
-        messages = [_prompt_to_proto(p, i) for i, p in enumerate(prompts)]
+        messages = [_prompt_to_proto(p, i, tools) for i, p in enumerate(prompts)]
         results = self._generate_messages(messages, params, timeout, request_id_prefix)
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
@@ -157,6 +168,7 @@ class RolloutClient:
         params: Sequence[SamplingParams],
         request_id_prefix: str | None,
         timeout: float | None,
+        tools: Sequence[Mapping[str, Any]] | None,
     ) -> list[RequestOutput]:
         if len(params) != len(prompts):
             raise ValueError(
@@ -167,9 +179,20 @@ class RolloutClient:
             groups.setdefault(p, []).append(i)
         prefix = request_id_prefix or uuid.uuid4().hex
         results: list[RequestOutput | None] = [None] * len(prompts)
+
+        def _tools_for(idx: list[int]) -> Sequence[Mapping[str, Any]] | None:
+            return tools if any(is_conversation(prompts[i]) for i in idx) else None
+
         with ThreadPoolExecutor(len(groups), thread_name_prefix="rollout-client") as pool:
             futures = {
-                pool.submit(self.generate, [prompts[i] for i in idx], p, f"{prefix}-g{k}", timeout): idx
+                pool.submit(
+                    self.generate,
+                    [prompts[i] for i in idx],
+                    p,
+                    f"{prefix}-g{k}",
+                    timeout,
+                    tools=_tools_for(idx),
+                ): idx
                 for k, (p, idx) in enumerate(groups.items())
             }
             for future, idx in futures.items():
@@ -275,16 +298,15 @@ def _prompt_size(message: pb.Prompt) -> int:
     if kind == "token_ids":
         return len(message.token_ids.ids)
     if kind == "chat":
-        return sum(len(m.content) + len(m.role) for m in message.chat.messages)
+        return sum(message_chars(m) for m in message.chat.messages) + len(message.chat.tools_json)
     return len(message.text)
 
 
-def _prompt_to_proto(prompt: PromptInput, index: int) -> pb.Prompt:
+def _prompt_to_proto(prompt: PromptInput, index: int, tools: Sequence[Any] | None = None) -> pb.Prompt:
     if isinstance(prompt, str):
         return pb.Prompt(text=prompt)
-    if isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
-        chat = [pb.ChatMessage(role=str(m["role"]), content=str(m["content"])) for m in prompt]
-        return pb.Prompt(chat=pb.ChatMessages(messages=chat))
+    if is_conversation(prompt):  # each message whole, as JSON: tool calls, names, parts (chat_messages.py)
+        return pb.Prompt(chat=conversation_to_proto(prompt, tools, f"prompts[{index}]"))
     if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return pb.Prompt(token_ids=pb.TokenIds(ids=list(prompt)))
     raise ValueError(f"prompts[{index}] must be text, a list of token ids or a list of chat messages")

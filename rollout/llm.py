@@ -1,34 +1,53 @@
-"""LLM: the offline entry point; generate a batch to completion in-process."""
+"""LLM: the offline entry point; generate a batch to completion in-process.
+
+One `LLM` may be shared by threads: its calls take turns (a lock), since the engine beneath is
+driven by one caller at a time. vLLM's names work too (`sampling_params=`, engine keywords such as
+`max_model_len=`, `LLM.chat`); docs/engine_api.md lists what differs from vLLM.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
+from rollout.engine.direct_write_watch import DirectWriteWatch
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
 from rollout.outputs import RequestOutput
-from rollout.sampling_params import SamplingParams
-from rollout.server.prompts import check_text_chars, text_char_limit
+from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.server.chat_messages import conversation_json, is_conversation, tools_json
+from rollout.server.prompts import text_char_limit, tokenize_chat, tokenize_text
 
 Prompt = str | list[int]
+Params = SamplingParams | Sequence[SamplingParams] | None
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
 class LLM:
-    """`LLM("path")`, `LLM(model=<PreTrainedModel>, tokenizer=...)`, or `LLM()` for the embedded model."""
+    """`LLM("path")`, `LLM(model=<PreTrainedModel>, tokenizer=...)`, or `LLM()` for the embedded model.
+
+    EngineConfig fields may also be given as keywords, as vLLM takes them
+    (`LLM("path", max_model_len=2048, dtype="bfloat16", seed=0)`); they override `config`'s.
+    Calls from several threads take turns: each runs to completion before the next starts.
+    """
 
     def __init__(
         self,
         model: str | os.PathLike | PreTrainedModel | None = None,
         tokenizer: PreTrainedTokenizerBase | str | None = None,
         config: EngineConfig | None = None,
+        **engine_kwargs: Any,
     ) -> None:
+        config = _with_engine_kwargs(config, engine_kwargs)
         if model is None:
             from rollout.assets import default_model_path
 
@@ -41,6 +60,8 @@ class LLM:
             self.engine = LLMEngine.from_pretrained(model, config, tokenizer)
         self._ids = itertools.count()
         self._text_chars: int | None = None
+        self._lock = threading.Lock()  # the engine has one driver: concurrent calls take turns
+        self._writes = DirectWriteWatch(self.engine.model, self.engine.weight_version)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
@@ -49,22 +70,67 @@ class LLM:
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        params: Params = None,
         use_tqdm: bool = False,
+        *,
+        sampling_params: Params = None,
     ) -> list[RequestOutput]:
         """Generates every prompt's n samples; returns them in prompt order, samples in index order.
 
-        `params` is one SamplingParams for every prompt, or one per prompt (as in vLLM).
+        `params` (or vLLM's name, `sampling_params`) is one SamplingParams for every prompt, or one
+        per prompt. A text prompt is tokenized with the tokenizer's special tokens, but never gets a
+        second BOS when it already starts with one (a chat template rendered to text).
         """
+        params = params_or_sampling_params(params, sampling_params)
+        if isinstance(prompts, str):
+            prompts = [prompts]
         token_prompts = self._tokenize(prompts)
+        texts = [p if isinstance(p, str) else None for p in prompts]
+        return self._generate_ids(token_prompts, params, texts, use_tqdm)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+        params: Params = None,
+        use_tqdm: bool = False,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        sampling_params: Params = None,
+    ) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation or a list of them, rendered with the tokenizer's chat
+        template (generation prompt appended, `tools` passed to it), then generated.
+
+        Each message goes to the template whole, as JSON (tool calls, tool results, `name`, content
+        parts, reasoning content); a value that is not JSON is refused naming its field. The prompt
+        ids equal the tokenizer's own `apply_chat_template`, and `.prompt` is the rendered text.
+        """
+        params = params_or_sampling_params(params, sampling_params)
+        single = is_conversation(messages)
+        conversations = [messages] if single else messages
+        if not isinstance(conversations, (list, tuple)) or not conversations:
+            raise ValueError("messages: must be a conversation (a list of messages) or a list of them")
+        listed = tools_json(tools)
+        max_chars = self.max_prompt_chars if self.tokenizer is not None else None
+        token_prompts, texts = [], []
+        for i, conversation in enumerate(conversations):
+            turns = conversation_json(conversation, "messages" if single else f"messages[{i}]")
+            ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed)
+            token_prompts.append(ids)
+            texts.append(text)
+        return self._generate_ids(token_prompts, params, texts, use_tqdm)
+
+    def _generate_ids(
+        self, token_prompts: list[list[int]], params: Params, texts: list[str | None], use_tqdm: bool
+    ) -> list[RequestOutput]:
         per_prompt = _params_per_prompt(params, len(token_prompts))
-        for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
-            self.engine.validate_request(ids, p)
-        request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
-        texts = prompts if isinstance(prompts, list) and prompts and isinstance(prompts[0], str) else None
-        for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
-            self.engine.add_request(request_id, ids, per_prompt[i], texts[i] if texts else None)
-        return self._run(request_ids, use_tqdm)
+        with self._lock:
+            self._writes.check(self.engine)
+            for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
+                self.engine.validate_request(ids, p)
+            request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
+            for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
+                self.engine.add_request(request_id, ids, per_prompt[i], texts[i])
+            return self._run(request_ids, use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
@@ -83,9 +149,7 @@ class LLM:
             result.outputs.sort(key=lambda c: c.index)
         return [results[r] for r in request_ids]
 
-    def _tokenize(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
-        if isinstance(prompts, str):
-            prompts = [prompts]
+    def _tokenize(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         if not isinstance(prompts, (list, tuple)):
             raise ValueError(
                 f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}"
@@ -97,8 +161,7 @@ class LLM:
             if isinstance(prompt, str):
                 if self.tokenizer is None:
                     raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
-                check_text_chars(len(prompt), self.max_prompt_chars, f"prompts[{i}]")
-                out.append(self.tokenizer(prompt)["input_ids"])
+                out.append(tokenize_text(self.tokenizer, prompt, self.max_prompt_chars, f"prompts[{i}]"))
             elif isinstance(prompt, (list, tuple)):
                 out.append(list(prompt))
             else:
@@ -117,12 +180,14 @@ class LLM:
         """
         todo = aborted_samples(outputs)
         single = single_sample(params)
-        for job in todo:  # validate all before queueing any
-            self.engine.validate_request(job.prompt_token_ids, single, job.partial)
-        request_ids = [f"llm-{next(self._ids)}" for _ in todo]
-        for request_id, job in zip(request_ids, todo, strict=True):
-            self.engine.add_request(request_id, job.prompt_token_ids, single, resume=job.partial)
-        resumed = [out.outputs[0] for out in self._run(request_ids, use_tqdm)]
+        with self._lock:
+            self._writes.check(self.engine)
+            for job in todo:  # validate all before queueing any
+                self.engine.validate_request(job.prompt_token_ids, single, job.partial)
+            request_ids = [f"llm-{next(self._ids)}" for _ in todo]
+            for request_id, job in zip(request_ids, todo, strict=True):
+                self.engine.add_request(request_id, job.prompt_token_ids, single, resume=job.partial)
+            resumed = [out.outputs[0] for out in self._run(request_ids, use_tqdm)]
         return merge_resumed(outputs, todo, resumed)
 
     @property
@@ -140,14 +205,19 @@ class LLM:
     ) -> int:
         """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
         requests left in `self.engine` (see rollout/engine/in_flight.py)."""
-        return self.engine.update_weights(named_tensors, version, in_flight)
+        with self._lock:
+            try:
+                return self.engine.update_weights(named_tensors, version, in_flight)
+            finally:  # whatever was written (or rolled back) belongs to the version the engine holds
+                self._writes.seen(self.engine.weight_version)
 
     @property
     def weight_version(self) -> int:
         return self.engine.weight_version
 
     def reset_prefix_cache(self) -> None:
-        self.engine.reset_prefix_cache()
+        with self._lock:
+            self.engine.reset_prefix_cache()
 
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()
@@ -165,3 +235,16 @@ def _params_per_prompt(
             f"params: {len(params)} SamplingParams for {num_prompts} prompts; give one or one per prompt"
         )
     return list(params)
+
+
+def _with_engine_kwargs(config: EngineConfig | None, kwargs: dict[str, Any]) -> EngineConfig | None:
+    """`config` with EngineConfig fields given as keywords (vLLM's way); TypeError names any other."""
+    unknown = sorted(set(kwargs) - _CONFIG_FIELDS)
+    if unknown:
+        raise TypeError(
+            f"LLM() got unexpected keyword argument(s) {', '.join(unknown)}; "
+            f"engine keywords are EngineConfig fields: {', '.join(sorted(_CONFIG_FIELDS))}"
+        )
+    if not kwargs:
+        return config
+    return dataclasses.replace(config or EngineConfig(), **kwargs)

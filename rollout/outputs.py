@@ -21,6 +21,7 @@ class CompletionOutput:
     index: int
     token_ids: list[int]
     logprobs: list[float] | None
+    # Per token with logprobs=k > 0: the top k (rank order), plus the sampled token when it is not among them.
     top_logprobs: list[dict[int, float]] | None
     finish_reason: str
     weight_version: int

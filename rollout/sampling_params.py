@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 LOGPROBS_MODES = ("processed", "raw")
 # Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
@@ -14,7 +15,7 @@ class SamplingParams:
     """Sampling settings, vLLM-shaped.
 
     `top_k`: 0 (or -1, as in vLLM) is off. `logprobs`: None returns no logprobs, 0 the sampled token's logprob, k > 0 also the top-k
-    alternatives. `logprobs_mode`: "processed" is the log-softmax of the distribution the token
+    alternatives and, as in vLLM, the sampled token when it is not among them (k + 1 entries). `logprobs_mode`: "processed" is the log-softmax of the distribution the token
     was drawn from (after penalties, temperature and top-k/top-p/min-p); "raw" that of the model's
     unscaled logits. With temperature 0 (greedy) "processed" skips the temperature.
 
@@ -76,6 +77,13 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE
+
+
+def params_or_sampling_params(params: Any, sampling_params: Any) -> Any:
+    """`params`, or `sampling_params` (vLLM's name for the same argument); both at once is ambiguous."""
+    if params is not None and sampling_params is not None:
+        raise ValueError("sampling_params: give params or sampling_params (vLLM's name), not both")
+    return sampling_params if params is None else params
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

@@ -6,8 +6,10 @@ implementation in the config and a reference model must not share it.
 
 from __future__ import annotations
 
+import string
+
 import torch
-from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -117,3 +119,46 @@ def char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
     tokenizer.chat_template = chat_template
     return tokenizer
+
+
+# Renders what real chat templates read beyond role and string content: tools, tool calls, tool
+# results (tool_call_id), names, lists of content parts, reasoning. Starts with the BOS token, as
+# Llama-style templates do; the tokenizer's post-processor adds its own BOS to plain text.
+TOOL_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% if tools %}<tools>{{ tools | tojson }}</tools>{% endif %}"
+    "{% for m in messages %}<{{ m.role }}{% if m.name %}|{{ m.name }}{% endif %}"
+    "{% if m.tool_call_id %}|{{ m.tool_call_id }}{% endif %}>"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{% if m.content is string %}{{ m.content }}"
+    "{% elif m.content %}{% for part in m.content %}{{ part.text }}{% endfor %}{% endif %}"
+    "{% for call in m.tool_calls or [] %}<call>{{ call.function.name }}{{ call.function.arguments | tojson }}"
+    "</call>{% endfor %}</{{ m.role }}>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def tool_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer (ids 3..) that adds a BOS to text and has TOOL_CHAT_TEMPLATE."""
+    chars = string.ascii_letters + string.digits + " <>/{}[]\":,._-|()=?!'\n"
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    assert len(vocab) <= VOCAB
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    return tokenizer
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+TOOL_CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+# Every shape chat templates take: a name, a list of content parts, an assistant turn with no
+# content but reasoning and a tool call, a tool result.
+CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "name": "ann", "content": [{"type": "text", "text": "weather in Paris?"}]},
+    {"role": "assistant", "content": None, "reasoning_content": "need a tool", "tool_calls": [TOOL_CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+]

@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerFast
 
 from rollout.cli import main
 from rollout.engine.llm_engine import LLMEngine
-from tests.builders import char_tokenizer, tiny_model
+from tests.builders import CONVERSATION, char_tokenizer, tiny_model, tool_chat_tokenizer
 from tests.server.server_builders import serving
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -85,6 +85,19 @@ def test_chat_messages_use_the_chat_template(tmp_path: Path) -> None:
         records[0]["prompt_token_ids"]
         == tokenizer("<user>hi<assistant>", add_special_tokens=False)["input_ids"]
     )
+
+
+def test_tool_call_messages_reach_the_template_intact_in_process_and_through_a_server(tmp_path: Path) -> None:
+    tiny_model("llama").save_pretrained(tmp_path / "model")
+    tool_chat_tokenizer().save_pretrained(tmp_path / "model")
+    src = write_lines(tmp_path / "in.jsonl", [{"messages": CONVERSATION}])
+    _, local = run_generate(tmp_path, src, "--model", str(tmp_path / "model"))
+    with serving(LLMEngine.from_pretrained(tmp_path / "model")) as server:
+        _, remote = run_generate(tmp_path, src, "--server", server.address)
+    want = tool_chat_tokenizer().apply_chat_template(
+        CONVERSATION, add_generation_prompt=True, return_dict=False
+    )
+    assert local[0]["prompt_token_ids"] == remote[0]["prompt_token_ids"] == want
 
 
 def test_chat_messages_without_a_chat_template_are_a_clear_line_error(tmp_path: Path, capsys) -> None:

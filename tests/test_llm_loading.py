@@ -96,3 +96,15 @@ def test_the_offline_llm_refuses_a_text_too_long_for_the_context_before_tokenizi
     text = "1" * (llm.max_prompt_chars + 1)
     with pytest.raises(ValueError, match=rf"^prompts\[0\]: {len(text)} characters, more than the"):
         llm.generate([text], GREEDY)
+
+
+def test_vllm_engine_keywords_load_a_model_from_a_path() -> None:
+    llm = LLM(
+        str(default_model_path()), max_model_len=64, dtype="float32", seed=3, device="cpu", num_blocks=64
+    )
+    assert (llm.engine.max_model_len, llm.engine.model_info.dtype, llm.engine.config.seed) == (
+        64,
+        "float32",
+        3,
+    )
+    assert len(llm.generate("1+2=", GREEDY)[0].outputs[0].token_ids) > 0

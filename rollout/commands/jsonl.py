@@ -1,6 +1,7 @@
 """JSONL records of `rollout generate`: one prompt per input line, one result per output line.
 
-Input: {"prompt": str} | {"messages": [{"role", "content"}...]} | {"prompt_token_ids": [int...]},
+Input: {"prompt": str} | {"messages": [{"role", "content", ...}...]} | {"prompt_token_ids": [int...]}
+(messages reach the chat template whole: tool calls, tool results, names, content parts),
 plus optional "sampling_params" (overrides of the command-line SamplingParams) and "id" (copied to
 the output). A bad line raises LineError naming the line number and the field.
 """
@@ -28,7 +29,7 @@ class LineError(ValueError):
 @dataclass(frozen=True)
 class PromptLine:
     line: int
-    prompt: str | list[int] | list[dict[str, str]]
+    prompt: str | list[int] | list[dict[str, Any]]
     params: SamplingParams
     record_id: Any = None
 
@@ -47,7 +48,7 @@ def parse_line(line: int, text: str, base: SamplingParams) -> PromptLine:
     return PromptLine(line, _prompt(line, key, record[key]), _params(line, record, base), record.get("id"))
 
 
-def _prompt(line: int, key: str, value: Any) -> str | list[int] | list[dict[str, str]]:
+def _prompt(line: int, key: str, value: Any) -> str | list[int] | list[dict[str, Any]]:
     if key == "prompt":
         if not isinstance(value, str) or not value:
             raise LineError(line, "prompt: must be a non-empty string")
@@ -57,14 +58,12 @@ def _prompt(line: int, key: str, value: Any) -> str | list[int] | list[dict[str,
             raise LineError(line, "prompt_token_ids: must be a non-empty list of integers")
         return value
     if not isinstance(value, list) or not value:
-        raise LineError(line, "messages: must be a non-empty list of {role, content} objects")
-    for i, message in enumerate(value):
-        if (
-            not isinstance(message, dict)
-            or not isinstance(message.get("role"), str)
-            or not isinstance(message.get("content"), str)
-        ):
-            raise LineError(line, f"messages[{i}]: must be an object with string role and content")
+        raise LineError(line, "messages: must be a non-empty list of message objects")
+    for i, message in enumerate(
+        value
+    ):  # the rest (tool calls, content parts, null content) goes to the template
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise LineError(line, f"messages[{i}]: must be an object with a string role")
     return value
 
 

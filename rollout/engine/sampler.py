@@ -183,8 +183,9 @@ def _gather_logprobs(
     for i in wanted:
         logprobs[i] = values[i]
         k = rows[i].params.logprobs
-        if k:
+        if k:  # as vLLM: the top k, plus the sampled token when it is not among them (k + 1 entries)
             tops[i] = dict(zip(top_ids[i][:k], top_values[i][:k], strict=True))
+            tops[i].setdefault(ids[i], values[i])
     return SamplerOutput(ids, logprobs, tops)
 
 

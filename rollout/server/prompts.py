@@ -1,7 +1,8 @@
 """Turning text and chat prompts into token ids, the same way for the server and the CLI.
 
-Text is tokenized exactly as the offline `LLM` does (`tokenizer(text)["input_ids"]`); chat messages
-go through the tokenizer's chat template with the generation prompt appended. The work is bounded
+Text is tokenized exactly as the offline `LLM` does (`tokenizer(text)["input_ids"]`, one BOS when the
+text already starts with it); chat messages go through the tokenizer's chat template with the
+generation prompt appended, and tokenize to the ids `apply_chat_template` gives. The work is bounded
 before it starts: no vocabulary token covers more than `max_token_chars` characters, so a text longer
 than that times the context length cannot fit and is refused without being tokenized.
 """
@@ -9,8 +10,10 @@ than that times the context length cannot fit and is refused without being token
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from jinja2 import TemplateError
 
 # Fast tokenizers can refuse concurrent use of one instance ("Already borrowed"); RPC threads share it.
 _TOKENIZER_LOCK = threading.Lock()
@@ -42,32 +45,60 @@ def check_text_chars(num_chars: int, limit: int | None, field: str) -> None:
         )
 
 
-def tokenize_text(tokenizer: Any, text: str, max_chars: int | None = None) -> list[int]:
+def tokenize_text(tokenizer: Any, text: str, max_chars: int | None = None, field: str = "text") -> list[int]:
+    """`tokenizer(text)`, with one BOS, not two, when the text already starts with it.
+
+    A chat template rendered to text usually begins with the BOS token, and the tokenizer adds its
+    own in front: the model would see a prompt it was never trained on (vLLM drops the duplicate).
+    """
     if tokenizer is None:
         raise ValueError("text prompts need a tokenizer, and the model has none; send token ids")
-    check_text_chars(len(text), max_chars, "text")
+    check_text_chars(len(text), max_chars, field)
     with _TOKENIZER_LOCK:
-        return list(tokenizer(text)["input_ids"])
+        ids = list(tokenizer(text)["input_ids"])
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if bos and bos_id is not None and text.startswith(bos) and ids[:2] == [bos_id, bos_id]:
+        del ids[0]
+    return ids
 
 
-def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]], max_chars: int | None = None) -> str:
-    """The chat template applied to `messages`, ending with the assistant's generation prompt."""
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    max_chars: int | None = None,
+    tools: list | None = None,
+) -> str:
+    """The chat template applied to `messages` (and `tools`), ending with the assistant's generation prompt.
+
+    Messages go to the template as they are (JSON values, see chat_messages.py): tool calls, tool
+    results, names, content parts and reasoning reach it intact.
+    """
     if tokenizer is None:
         raise ValueError("chat messages need a tokenizer, and the model has none; send token ids")
     if not getattr(tokenizer, "chat_template", None):
         raise NoChatTemplateError(
             "messages: the tokenizer has no chat template; send plain text or token ids instead"
         )
-    check_text_chars(sum(len(m.get("content") or "") for m in messages), max_chars, "messages")
+    content = (m.get("content") for m in messages)
+    check_text_chars(sum(len(c) for c in content if isinstance(c, str)), max_chars, "messages")
     with _TOKENIZER_LOCK:
-        return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        try:
+            return tokenizer.apply_chat_template(
+                list(messages), tools=tools, add_generation_prompt=True, tokenize=False
+            )
+        except TemplateError as exc:  # the template's own check of the messages (raise_exception)
+            raise ValueError(f"messages: the chat template refused them: {exc}") from None
 
 
 def tokenize_chat(
-    tokenizer: Any, messages: Sequence[dict[str, str]], max_chars: int | None = None
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    max_chars: int | None = None,
+    tools: list | None = None,
 ) -> tuple[list[int], str]:
-    """Token ids and rendered text of a chat; the template already holds any special tokens."""
-    text = render_chat(tokenizer, messages, max_chars)
+    """Token ids and rendered text of a chat: the ids `tokenizer.apply_chat_template` gives, since
+    the template already holds any special tokens (none are added)."""
+    text = render_chat(tokenizer, messages, max_chars, tools)
     check_text_chars(len(text), max_chars, "messages")
     with _TOKENIZER_LOCK:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text

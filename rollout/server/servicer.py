@@ -14,6 +14,7 @@ import grpc
 import rollout
 from rollout.outputs import CompletionOutput
 from rollout.server import convert
+from rollout.server.chat_messages import conversation_from_proto
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
@@ -152,10 +153,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                 raise ValueError("text: the prompt is empty")
             return tokenize_text(tokenizer, prompt.text, self._max_text_chars), prompt.text
         if kind == "chat":
-            messages = [{"role": m.role, "content": m.content} for m in prompt.chat.messages]
-            if not messages:
-                raise ValueError("chat: no messages")
-            return tokenize_chat(tokenizer, messages, self._max_text_chars)
+            messages, tools = conversation_from_proto(prompt.chat)
+            return tokenize_chat(tokenizer, messages, self._max_text_chars, tools)
         raise ValueError("prompt: empty; set token_ids, text or chat")
 
     def _with_text(self, samples: list[CompletionOutput]) -> list[CompletionOutput]:

@@ -55,13 +55,16 @@ def restrict(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum()
 
 
-def assert_top_logprobs_match(top: dict[int, float], expected: torch.Tensor, k: int) -> None:
-    """The k best of `expected` with their values; slots past the distribution's support hold -inf."""
-    assert len(top) == k
+def assert_top_logprobs_match(top: dict[int, float], expected: torch.Tensor, k: int, sampled: int) -> None:
+    """The k best of `expected` with their values, plus the sampled token when it is not among them
+    (as vLLM); slots past the distribution's support hold -inf."""
+    assert sampled in top and abs(top[sampled] - expected[sampled].item()) <= TOL
+    best = list(top)[:k]
+    assert len(top) == k + (sampled not in best)
     values, ids = expected.topk(min(k, int(expected.isfinite().sum())))
     for token, value in zip(ids.tolist(), values.tolist(), strict=True):
-        assert token in top and abs(top[token] - value) <= TOL, (token, top, value)
-    assert all(value == float("-inf") for token, value in top.items() if token not in ids.tolist())
+        assert token in best and abs(top[token] - value) <= TOL, (token, top, value)
+    assert all(top[token] == float("-inf") for token in best if token not in ids.tolist())
 
 
 @pytest.mark.parametrize(
@@ -84,7 +87,7 @@ def test_sampled_token_logprobs_equal_teacher_forced_forward(mode: str, filters:
             want = expected.gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
             assert (got - want).abs().max().item() <= TOL
             for position, top in enumerate(sample.top_logprobs):
-                assert_top_logprobs_match(top, expected[position], k=3)
+                assert_top_logprobs_match(top, expected[position], 3, sample.token_ids[position])
 
 
 def test_greedy_processed_logprobs_are_the_unscaled_log_softmax() -> None:
@@ -128,3 +131,19 @@ def test_samples_of_long_prompts_attend_through_the_cascade_exactly() -> None:
             expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
             assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= TOL
     assert any(plans)
+
+
+def test_the_sampled_token_is_listed_in_top_logprobs_even_outside_the_top_k() -> None:
+    """vLLM's shape: logprobs=k gives the top k plus the sampled token (k + 1 entries when it is not
+    among them), with exactly the logprob returned for it."""
+    params = SamplingParams(n=4, max_tokens=16, temperature=2.0, seed=3, logprobs=1, ignore_eos=True)
+    samples = [
+        s for out in tiny_llm().generate(random_prompts(4, 5, 20, seed=4), params) for s in out.outputs
+    ]
+    rows = [
+        (token, logprob, top)
+        for s in samples
+        for token, logprob, top in zip(s.token_ids, s.logprobs, s.top_logprobs, strict=True)
+    ]
+    assert all(top[token] == logprob for token, logprob, top in rows)
+    assert {len(top) for _, _, top in rows} == {1, 2}  # at temperature 2 some draws miss the top 1

@@ -67,9 +67,13 @@ def test_every_valid_sampling_params_gives_finite_logprobs_valid_tokens_and_leng
             continue
         assert len(sample.logprobs) == len(tokens)
         assert all(math.isfinite(x) and x <= 0 for x in sample.logprobs)
-        for top in sample.top_logprobs or []:
-            # a token the filters removed has probability 0 (-inf); nothing is ever NaN or positive
-            assert len(top) == params.logprobs and all(x <= 0 for x in top.values())
+        k = params.logprobs
+        assert (sample.top_logprobs is None) == (k == 0)
+        for token, top in zip(tokens, sample.top_logprobs or [], strict=k > 0):
+            # a token the filters removed has probability 0 (-inf); nothing is ever NaN or positive;
+            # the sampled token is listed, beside the top k when it is not one of them (vLLM's shape)
+            assert token in top and len(top) == k + (token not in list(top)[:k])
+            assert all(x <= 0 for x in top.values())
     stats = llm.stats()
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
 

@@ -19,14 +19,14 @@ def run(params: SamplingParams, **config: object) -> tuple[list[CompletionOutput
 
 
 def logprob_table(samples: list[CompletionOutput]) -> torch.Tensor:
-    """[samples, tokens, 1 + k]: each sampled token's logprob, then its top-k alternatives' by token id."""
+    """Each sampled token's logprob, then its top-k alternatives' by token id (k + 1 of them when the
+    sampled token is not among the top k), flattened: rows differ in length."""
     return torch.tensor(
         [
-            [
-                [logprob, *(top[t] for t in sorted(top))]
-                for logprob, top in zip(s.logprobs, s.top_logprobs, strict=True)
-            ]
+            value
             for s in samples
+            for logprob, top in zip(s.logprobs, s.top_logprobs, strict=True)
+            for value in (logprob, *(top[t] for t in sorted(top)))
         ]
     )
 

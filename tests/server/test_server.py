@@ -30,6 +30,17 @@ def test_greedy_through_the_client_equals_offline_llm() -> None:
     assert [o.outputs for o in online] == [o.outputs for o in offline]
 
 
+def test_sampled_top_logprobs_through_the_client_equal_offline_sampled_token_included() -> None:
+    prompts = random_prompts(4, 3, 30, seed=3)
+    params = SamplingParams(n=2, max_tokens=12, temperature=2.0, seed=1, logprobs=1)
+    offline = tiny_llm(max_num_seqs=64).generate(prompts, params)
+    with serving() as server, client_for(server) as client:
+        online = client.generate(prompts, params)
+    assert [o.outputs for o in online] == [o.outputs for o in offline]
+    tops = [top for o in online for s in o.outputs for top in s.top_logprobs]
+    assert max(len(top) for top in tops) == 2  # some sampled tokens came from outside the top 1
+
+
 def test_concurrent_clients_each_get_what_they_get_alone_and_no_block_leaks() -> None:
     prompts = random_prompts(32, 2, 60, seed=2)
     shapes = [SamplingParams(n=1 + i % 4, max_tokens=4 + (i * 7) % 20, temperature=0.0) for i in range(32)]
