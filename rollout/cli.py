@@ -1,7 +1,7 @@
 """The `rollout` command: a small dispatcher.
 
 `serve` and `generate` parse their arguments in rollout/commands/; `bench` and `demo` are handed on
-(commands/delegate.py) to rollout/bench/main.py and rollout/demo/main.py, which parse their own.
+(commands/delegate.py) to rollout/bench/command.py and rollout/demo/command.py, which parse their own.
 Command modules import torch only when they run, so `--help` and `--version` answer at once. Usage
 errors are one line and exit 2; Ctrl-C is one line and exits 130.
 """
@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(subparsers)
     generate.register(subparsers)
-    delegate.register(subparsers, "bench", "rollout.bench", "run the throughput benchmark")
-    delegate.register(subparsers, "demo", "rollout.demo", "run the demo")
+    delegate.register(subparsers, "bench", "rollout.bench.command", "run the throughput benchmark")
+    delegate.register(subparsers, "demo", "rollout.demo.command", "run the demo")
     return parser
 
 

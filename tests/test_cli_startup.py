@@ -14,7 +14,16 @@ TORCH_LOADED = "import sys, runpy; sys.argv = ['rollout', *sys.argv[1:]]\ntry:\n
 
 
 @pytest.mark.parametrize(
-    "argv", [["--help"], ["serve", "--help"], ["generate", "--help"], ["--version"]], ids=str
+    "argv",
+    [
+        ["--help"],
+        ["serve", "--help"],
+        ["generate", "--help"],
+        ["bench", "--help"],
+        ["demo", "--help"],
+        ["--version"],
+    ],
+    ids=str,
 )
 def test_help_and_version_do_not_import_torch(argv: list[str]) -> None:
     """torch takes seconds to import; --help must answer at once (it took 7-16 s)."""
