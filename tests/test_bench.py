@@ -65,3 +65,10 @@ def test_the_floor_times_stacked_experts_as_matmuls_and_each_linear_once() -> No
     assert experts and all(type(m).__name__.endswith("Experts") for m in experts)
     assert len({id(m) for m in timed}) == len(timed)
     assert not any(isinstance(c, torch.nn.Linear) for m in experts for c in m.modules())
+
+
+def test_the_parsers_baselines_are_the_benchmarks() -> None:
+    """bench/command.py names them without importing the benchmark (it imports torch)."""
+    from rollout.bench import command, side_by_side
+
+    assert sorted(command.BASELINES) == sorted(side_by_side.BASELINES)

@@ -1,5 +1,4 @@
-"""`rollout bench`: GRPO-shaped throughput of rollout's engine, side by side with transformers."""
+"""`rollout bench`: GRPO-shaped throughput of rollout's engine, side by side with transformers.
 
-from rollout.bench.main import main
-
-__all__ = ["main"]
+The command itself, `rollout bench`, is command.py: it parses before it imports the benchmark.
+"""

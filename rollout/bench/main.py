@@ -7,40 +7,16 @@ works offline on any machine. Ratios are meaningful anywhere; absolute figures o
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
 from rollout.assets import default_model_path
 from rollout.bench import side_by_side, systems
+from rollout.bench.command import build_parser
 from rollout.gc_heap import freeze_startup_heap
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="Hugging Face model directory (default: the embedded model)")
-    parser.add_argument("--prompts", type=int, default=64, help="prompts (default 64)")
-    parser.add_argument("--n", type=int, default=8, help="samples per prompt (default 8)")
-    parser.add_argument("--prompt-len", type=int, nargs=2, metavar=("MIN", "MAX"), help="prompt token range")
-    parser.add_argument("--new", type=int, help="new tokens per sample (default 32, or 64 with --model)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument(
-        "--compare",
-        nargs="*",
-        choices=sorted(side_by_side.BASELINES),
-        default=["generate_static", "generate", "generate_batch"],
-        help="baselines to run beside rollout (default: all but generate_batch_eager)",
-    )
-    parser.add_argument(
-        "--workloads", nargs="+", choices=["fixed", "variable"], default=["fixed", "variable"]
-    )
-    parser.add_argument("--json", type=Path, help="also write the results to this file")
-    return parser
 
 
 def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
@@ -52,6 +28,7 @@ def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
             raise SystemExit(f"rollout bench: --{name} must be >= 1")
     lo, hi = args.prompt_len or ((8, 16) if args.model is None else (64, 128))
     new = args.new or (32 if args.model is None else 64)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     model = AutoModelForCausalLM.from_pretrained(args.model or default_model_path(), dtype=dtype).to(
         args.device

@@ -6,9 +6,12 @@ Flags default to None, meaning "EngineConfig's own default", so the CLI never re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
+from rollout.commands.usage import UsageError
 from rollout.config import EngineConfig
 
 _RENAMED = {"seed": "engine-seed"}  # --seed is the sampling seed
@@ -35,18 +38,54 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
-        raise SystemExit(f"rollout: invalid engine option: {exc}") from None
+        raise UsageError(f"invalid engine option: {exc}") from None
+
+
+def engine_flags_given(args: argparse.Namespace) -> list[str]:
+    """The model and engine flags on the command line (they mean nothing to a remote server)."""
+    given = [flag for flag in ("model", "tokenizer") if getattr(args, flag) is not None]
+    for f in dataclasses.fields(EngineConfig):
+        if getattr(args, f"engine_{f.name}") is not None:
+            given.append(_RENAMED.get(f.name, f.name.replace("_", "-")))
+    return [f"--{name.replace('_', '-')}" for name in given]
 
 
 def model_path(args: argparse.Namespace) -> str | Path:
-    """`--model`, or the embedded default model; a clear error while it is not shipped."""
+    """`--model` (a directory, or a Hugging Face id), or the embedded default model."""
     if args.model:
+        _check_model(args.model)
         return args.model
     try:
         from rollout.assets import default_model_path
     except ImportError:
-        raise SystemExit(
-            "rollout: no --model given and the embedded default model (rollout.assets) is not available "
+        raise UsageError(
+            "no --model given and the embedded default model (rollout.assets) is not available "
             "in this installation; pass --model <HF id or path>"
         ) from None
     return default_model_path()
+
+
+def _check_model(model: str) -> None:
+    """A missing directory is named as one, not reported by the Hub as a malformed repo id."""
+    if Path(model).expanduser().exists():
+        return
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        raise UsageError(
+            f"--model {model}: no such directory, and not a Hugging Face id ('org/name'); "
+            "pass a model directory or a Hub id"
+        ) from None
+
+
+@contextlib.contextmanager
+def loading_model(model: str | Path) -> Iterator[None]:
+    """A model that cannot be loaded (not on the Hub, offline, no config) fails in one line."""
+    try:
+        yield
+    except OSError as exc:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SystemExit(f"rollout: cannot load the model {model}: {cause}") from None

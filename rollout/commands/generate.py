@@ -8,6 +8,7 @@ skipped; every other line is still generated. Exit status 1 if any line failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -15,8 +16,15 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from rollout.commands.engine_args import add_engine_args, engine_config, model_path
+from rollout.commands.engine_args import (
+    add_engine_args,
+    engine_config,
+    engine_flags_given,
+    loading_model,
+    model_path,
+)
 from rollout.commands.jsonl import LineError, PromptLine, output_record, parse_line
+from rollout.commands.usage import UsageError
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 
@@ -32,20 +40,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-root", help="PEM root certificate to trust for --server over TLS")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per batch (default 64)")
     sampling = parser.add_argument_group("sampling (per-line 'sampling_params' override these)")
-    sampling.add_argument("--n", type=int, default=1)
-    sampling.add_argument("--max-tokens", type=int, default=16)
-    sampling.add_argument("--temperature", type=float, default=1.0)
-    sampling.add_argument("--top-p", type=float, default=1.0)
-    sampling.add_argument("--top-k", type=int, default=0)
-    sampling.add_argument("--min-p", type=float, default=0.0)
-    sampling.add_argument("--repetition-penalty", type=float, default=1.0)
-    sampling.add_argument("--seed", type=int)
-    sampling.add_argument("--stop-token-ids", type=int, nargs="*", default=[])
-    sampling.add_argument("--ignore-eos", action="store_true")
-    sampling.add_argument("--logprobs", type=int, help="0: sampled token's logprob; k: plus top-k")
-    sampling.add_argument("--logprobs-mode", choices=("processed", "raw"), default="processed")
+    flag = _sampling_flag(sampling)
+    flag("--n", type=int, help="samples per prompt")
+    flag("--max-tokens", type=int, help="new tokens per sample, at most")
+    flag("--temperature", type=float, help="0 is greedy")
+    flag("--top-p", type=float, help="nucleus: keep the smallest set of tokens with this mass")
+    flag("--top-k", type=int, help="keep the k most likely tokens; 0 is off")
+    flag("--min-p", type=float, help="drop tokens below min-p times the top probability")
+    flag("--repetition-penalty", type=float, help="divide the logits of tokens already seen; 1 is off")
+    flag("--seed", type=int, help="sampling seed: the same seed, the same samples")
+    flag("--stop-token-ids", type=int, nargs="*", help="token ids that end a sample, besides EOS")
+    flag("--ignore-eos", action="store_true", help="keep generating past EOS")
+    flag("--logprobs", type=int, help="0: the sampled token's logprob; k: plus the top k")
+    flag("--logprobs-mode", choices=("processed", "raw"), help="after temperature and filters, or raw")
     add_engine_args(parser)
     parser.set_defaults(run=run)
+
+
+def _sampling_flag(group: argparse._ArgumentGroup) -> Callable[..., None]:
+    """Adds a flag whose default is SamplingParams' own, shown in its help."""
+    defaults = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
+    defaults["stop_token_ids"] = []
+
+    def add(flag: str, help: str, **kwargs: Any) -> None:
+        default = defaults[flag[2:].replace("-", "_")]
+        shown = "none" if default is None else default
+        group.add_argument(flag, default=default, help=f"{help} (default {shown})", **kwargs)
+
+    return add
 
 
 def base_params(args: argparse.Namespace) -> SamplingParams:
@@ -57,22 +79,61 @@ def base_params(args: argparse.Namespace) -> SamplingParams:
             logprobs_mode=args.logprobs_mode,
         )  # fmt: skip
     except ValueError as exc:
-        raise SystemExit(f"rollout generate: {exc}") from None
+        raise UsageError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
     params = base_params(args)
+    check_target_flags(args)
     with _open(args.input, "r", sys.stdin) as src:
         items, errors = parse_lines(src, params)
     backend, close = _backend(args)
     try:
         with _open(args.output, "w", sys.stdout) as dst:
             errors += generate_lines(items, backend, dst, args.batch_size)
+    except Exception as exc:
+        if args.server and _is_rpc_error(exc):
+            raise SystemExit(f"rollout generate: {server_failure(args.server, exc)}") from None
+        raise
     finally:
         close()
     for error in sorted(errors, key=lambda e: e.line):
         print(f"rollout generate: {error}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def check_target_flags(args: argparse.Namespace) -> None:
+    """Flags for the other target (in-process engine or --server) would be ignored: refuse them."""
+    if args.server and (flags := engine_flags_given(args)):
+        named = " ".join(flags)
+        raise UsageError(
+            f"with --server, {named} would be ignored (the server's own model and engine serve); "
+            f"drop {named}, or drop --server"
+        )
+    connection = [f"--{name.replace('_', '-')}" for name in ("token", "tls_root") if getattr(args, name)]
+    if not args.server and connection:
+        named = " ".join(connection)
+        raise UsageError(
+            f"without --server, {named} would be ignored; add --server host:port, or drop {named}"
+        )
+
+
+def _is_rpc_error(exc: Exception) -> bool:
+    import grpc
+
+    return isinstance(exc, grpc.RpcError)
+
+
+def server_failure(address: str, exc: Any) -> str:
+    """One line for an RPC error that is not about one input line."""
+    import grpc
+
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"no rollout server answers at {address}; start one (rollout serve) or fix --server"
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return f"the server at {address} refused the token; pass its --token"
+    return f"the server at {address} answered {code.name}: {_message(exc)}"
 
 
 def parse_lines(lines: Iterable[str], base: SamplingParams) -> tuple[list[PromptLine], list[LineError]]:
@@ -161,7 +222,9 @@ def _backend(args: argparse.Namespace) -> tuple[Backend, Callable[[], None]]:
     from rollout.gc_heap import freeze_startup_heap
     from rollout.llm import LLM
 
-    llm = LLM(model_path(args), tokenizer=args.tokenizer, config=engine_config(args))
+    model = model_path(args)
+    with loading_model(model):
+        llm = LLM(model, tokenizer=args.tokenizer, config=engine_config(args))
     if args.owns_process:
         freeze_startup_heap()
     return local_backend(llm), lambda: None

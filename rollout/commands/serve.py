@@ -6,8 +6,11 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 
-from rollout.commands.engine_args import add_engine_args, engine_config, model_path
+from rollout.commands.engine_args import add_engine_args, engine_config, loading_model, model_path
+from rollout.commands.ports import check_bindable, port_number
+from rollout.commands.usage import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -15,7 +18,9 @@ logger = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve the model over gRPC")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
-    parser.add_argument("--port", type=int, default=50051, help="port (0 picks a free one)")
+    parser.add_argument(
+        "--port", type=port_number, default=50051, help="port (default 50051; 0 picks a free one)"
+    )
     parser.add_argument("--token", help="require 'authorization: Bearer <token>' on every RPC")
     parser.add_argument(
         "--token-for-health-and-reflection",
@@ -25,56 +30,66 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key enables TLS")
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
-        "--metrics-port", type=int, help="also serve Prometheus /metrics over HTTP on loopback"
+        "--metrics-port", type=port_number, help="also serve Prometheus /metrics over HTTP on loopback"
     )
     parser.add_argument(
-        "--max-queue", type=int, default=4096, help="unfinished requests before RESOURCE_EXHAUSTED"
+        "--max-queue",
+        type=int,
+        default=4096,
+        help="unfinished requests before RESOURCE_EXHAUSTED (default 4096)",
     )
     parser.add_argument(
         "--max-generate-calls",
         type=int,
         default=256,
-        help="open Generate/GenerateBatch calls before RESOURCE_EXHAUSTED (each holds a server thread)",
+        help="open Generate/GenerateBatch calls before RESOURCE_EXHAUSTED (each holds a server thread; default 256)",
     )
-    parser.add_argument("--max-message-mb", type=int, default=64, help="largest gRPC message, MiB")
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    parser.add_argument(
+        "--max-message-mb", type=int, default=64, help="largest gRPC message, MiB (default 64)"
+    )
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM (default 30)")
     parser.add_argument(
         "--weight-idle-timeout",
         type=float,
         default=120.0,
-        help="seconds a weight update may wait on a silent peer (stream gap, group join, broadcast)",
+        help="seconds a weight update may wait on a silent peer (stream gap, group join, broadcast; "
+        "default 120)",
     )
     add_engine_args(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_serve_args(args)  # before the model loads: a bad flag should not cost a minute
     from rollout.engine.llm_engine import LLMEngine
     from rollout.gc_heap import freeze_startup_heap
     from rollout.server.app import RolloutServer, ServerTLS
     from rollout.server.engine_loop import EngineLoop
     from rollout.server.metrics import serve_metrics_http
 
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise SystemExit("rollout serve: --tls-cert and --tls-key go together")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         logger.warning(
             "serving on %s without --token: anyone who can reach it can replace the weights", args.host
         )
-    engine = LLMEngine.from_pretrained(model_path(args), engine_config(args), args.tokenizer)
+    model = model_path(args)
+    with loading_model(model):
+        engine = LLMEngine.from_pretrained(model, engine_config(args), args.tokenizer)
     hooks, names = _weight_sync(args.weight_idle_timeout)
-    server = RolloutServer(
-        EngineLoop(engine, max_pending_requests=args.max_queue),
-        host=args.host,
-        port=args.port,
-        token=args.token,
-        token_for_health_and_reflection=args.token_for_health_and_reflection,
-        tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
-        max_message_bytes=args.max_message_mb * 2**20,
-        max_generate_calls=args.max_generate_calls,
-        extra_servicers=hooks,
-        extra_service_names=names,
-    ).start()
+    try:
+        server = RolloutServer(
+            EngineLoop(engine, max_pending_requests=args.max_queue),
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            token_for_health_and_reflection=args.token_for_health_and_reflection,
+            tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
+            max_message_bytes=args.max_message_mb * 2**20,
+            max_generate_calls=args.max_generate_calls,
+            extra_servicers=hooks,
+            extra_service_names=names,
+        ).start()
+    except OSError as exc:  # the port was taken while the model loaded
+        raise UsageError(f"--port {args.port}: {exc}; pick another port, or 0 for a free one") from None
     if args.metrics_port is not None:
         http = serve_metrics_http(server.metrics, args.metrics_port)
         logger.info("metrics on http://127.0.0.1:%d/metrics", http.server_address[1])
@@ -85,6 +100,19 @@ def run(args: argparse.Namespace) -> int:
     logger.info("draining (grace %.0f s)", args.grace)
     server.stop(grace=args.grace)
     return 0
+
+
+def check_serve_args(args: argparse.Namespace) -> None:
+    """UsageError for what can be refused before loading: TLS files, taken ports, a missing model."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together; pass both, or neither")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path and not Path(path).is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    check_bindable(args.host, args.port, "--port")
+    if args.metrics_port is not None:
+        check_bindable("127.0.0.1", args.metrics_port, "--metrics-port")
+    model_path(args)
 
 
 def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:

@@ -1,5 +1,4 @@
-"""`rollout demo`: GRPO on the embedded default model against a real rollout server, in minutes on a CPU."""
+"""`rollout demo`: GRPO on the embedded default model against a real rollout server, in minutes on a CPU.
 
-from rollout.demo.main import main
-
-__all__ = ["main"]
+The command itself, `rollout demo`, is command.py: it parses before it imports the demo.
+"""

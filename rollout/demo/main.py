@@ -23,6 +23,7 @@ from rollout.assets import default_model_path
 from rollout.client import RolloutClient
 from rollout.config import EngineConfig
 from rollout.demo import grpo, overlap, report
+from rollout.demo.command import build_parser
 from rollout.engine.llm_engine import LLMEngine
 from rollout.gc_heap import freeze_startup_heap
 from rollout.outputs import RequestOutput
@@ -32,32 +33,8 @@ from rollout.server.engine_loop import EngineLoop
 from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
 from rollout.tasks import addition
 
+__all__ = ["build_parser", "run"]
 EVAL_SEED = 10_000  # held-out prompts: training rounds use seeds 0, 1, 2, ...
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollout demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40, help="GRPO rounds (default 40)")
-    parser.add_argument("--prompts", type=int, default=64, help="prompts per round (default 64)")
-    parser.add_argument("--n", type=int, default=8, help="samples per prompt (default 8)")
-    parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adam learning rate (default 3e-4)")
-    parser.add_argument("--eval-prompts", type=int, default=128, help="held-out prompts for greedy accuracy")
-    parser.add_argument("--plot", type=Path, default=Path("rollout_demo_reward.png"), help="reward curve PNG")
-    parser.add_argument("--seed", type=int, default=0, help="seed of prompts, sampling and torch")
-    parser.add_argument(
-        "--async",
-        dest="overlap",
-        action="store_true",
-        help="also train with generation overlapped (round t+1 generates while round t trains, "
-        "updates land in flight with policy keep) and compare wall time and reward with the synchronous run",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
-    """`owns_process`: run as a program (`rollout demo`), not by code that keeps the process."""
-    run(build_parser().parse_args(argv), owns_process)
-    return 0
 
 
 def run(args: argparse.Namespace, owns_process: bool = False) -> list[report.RoundStats]:

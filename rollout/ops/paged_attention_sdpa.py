@@ -12,7 +12,8 @@ no gather); without it, decode rows whose sequences share many prompt blocks (a 
 samples) take the cascade (cascade_attention.py), which reads the shared blocks once per prompt.
 
 Features this path does not implement (softcapping, and any keyword a newer bridge passes with a
-value) are delegated to the reference, so they keep working, exactly, only slower.
+value) are delegated to the reference, so they keep working, only slower (the same attention, up to
+fp32 rounding).
 """
 
 from __future__ import annotations

@@ -1,0 +1,79 @@
+"""`rollout serve` refuses a bad port, a taken port, a missing model or TLS file in one line, exit 2,
+before the model loads."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from rollout.cli import main
+from rollout.engine.llm_engine import LLMEngine
+
+
+@pytest.fixture
+def no_model_load(monkeypatch) -> None:
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the model loaded before the check")
+
+    monkeypatch.setattr(LLMEngine, "from_pretrained", refuse)
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_port_out_of_range_is_a_usage_error(capsys, no_model_load) -> None:
+    """It served on a random port."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--port", "99999"])
+    assert exit_.value.code == 2
+    assert "argument --port: 99999 is not a port (0-65535" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads(capsys, no_model_load) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    line = one_line_error(capsys)
+    assert f"--port {port}: already in use on 127.0.0.1" in line and "pick another port" in line
+
+
+def test_a_metrics_port_in_use_is_refused_before_the_model_loads(capsys, no_model_load) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", "0", "--metrics-port", str(port)]) == 2
+    assert f"--metrics-port {port}: already in use" in one_line_error(capsys)
+
+
+def test_a_missing_model_directory_is_named(tmp_path: Path, capsys, no_model_load) -> None:
+    """It ended in the Hub's "Repo id must be in the form ..."."""
+    missing = tmp_path / "no_such_model"
+    assert main(["serve", "--port", "0", "--model", str(missing)]) == 2
+    assert f"--model {missing}: no such directory" in one_line_error(capsys)
+
+
+def test_a_model_the_hub_does_not_have_fails_in_one_line(capsys, monkeypatch) -> None:
+    """An id that looks right but cannot be loaded (offline here) is one line, exit 1."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--port", "0", "--model", "no-such-org/no-such-model"])
+    message = str(exit_.value.code)
+    assert message.startswith("rollout: cannot load the model no-such-org/no-such-model: ")
+    assert "\n" not in message
+
+
+def test_a_missing_tls_file_is_named(tmp_path: Path, capsys, no_model_load) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("")
+    assert (
+        main(["serve", "--port", "0", "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(key)]) == 2
+    )
+    assert f"--tls-cert {tmp_path / 'cert.pem'}: no such file" in one_line_error(capsys)
