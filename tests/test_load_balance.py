@@ -91,4 +91,3 @@ def test_a_single_server_is_never_given_up_on() -> None:
             client.generate([[5, 6]], GREEDY)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert client.dead_servers == {}
-
