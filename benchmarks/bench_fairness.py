@@ -22,14 +22,14 @@ import torch
 from rollout import EngineConfig, SamplingParams
 from rollout.assets import default_model_path
 from rollout.client import RolloutClient
-from rollout.engine.llm_engine import LLMEngine
+from rollout.engine_factory import load_engine
 from rollout.server.app import RolloutServer
 from rollout.server.engine_loop import EngineLoop
 
 
 def run_mode(args: argparse.Namespace, fair: bool) -> dict[str, float]:
     config = EngineConfig(device="cpu", dtype="float32", max_num_seqs=args.max_num_seqs, num_blocks=2048)
-    engine = LLMEngine.from_pretrained(default_model_path(), config)
+    engine = load_engine(default_model_path(), config)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, engine.vocab_size, (12,), generator=g).tolist() for _ in range(args.prompts)]
     big = SamplingParams(n=args.n, max_tokens=args.max_tokens, temperature=1.0, seed=0, ignore_eos=True)

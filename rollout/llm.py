@@ -22,6 +22,7 @@ from rollout.config import EngineConfig
 from rollout.engine.direct_write_watch import DirectWriteWatch
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
+from rollout.engine_factory import load_engine
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.server.chat_messages import conversation_json, is_conversation, tools_json
@@ -57,7 +58,7 @@ class LLM:
 
             self.engine = LLMEngine(model, resolve_tokenizer(tokenizer), config)
         else:
-            self.engine = LLMEngine.from_pretrained(model, config, tokenizer)
+            self.engine = load_engine(model, config, tokenizer)
         self._ids = itertools.count()
         self._text_chars: int | None = None
         self._lock = threading.Lock()  # the engine has one driver: concurrent calls take turns

@@ -8,8 +8,13 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerFast
 
 from rollout.cli import main
+<<<<<<< HEAD
 from rollout.engine.llm_engine import LLMEngine
 from tests.builders import CONVERSATION, char_tokenizer, tiny_model, tool_chat_tokenizer
+=======
+from rollout.engine_factory import load_engine
+from tests.builders import char_tokenizer, tiny_model
+>>>>>>> 77346d1 (Engine seam (issue 29): the engine receives its runner factory at construction (rollout/engine/runner.py: the Runner protocol; the TP driver is built by the factory, never swapped in afterwards), load_engine above engine/ and distributed/ (rollout/engine_factory.py; LLMEngine.from_pretrained removed), the in-flight policy returns a plan the engine applies (in_flight.py no longer imports the engine), and a lazy package face (PEP 562) so import rollout.client loads no torch)
 from tests.server.server_builders import serving
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -68,7 +73,7 @@ def test_generate_against_a_server_matches_in_process(tmp_path: Path) -> None:
     model = save_model(tmp_path / "model")
     src = write_lines(tmp_path / "in.jsonl", [LINES[0], LINES[1], LINES[4]])
     _, local = run_generate(tmp_path, src, "--model", str(model))
-    with serving(LLMEngine.from_pretrained(model)) as server:
+    with serving(load_engine(model)) as server:
         code, remote = run_generate(tmp_path, src, "--server", server.address)
     assert code == 0
     strip = [{k: v for k, v in r.items() if k != "request_id"} for r in local]

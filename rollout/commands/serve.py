@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_serve_args(args)  # before the model loads: a bad flag should not cost a minute
-    from rollout.engine.llm_engine import LLMEngine
+    from rollout.engine_factory import load_engine
     from rollout.gc_heap import freeze_startup_heap
     from rollout.server.app import RolloutServer, ServerTLS
     from rollout.server.engine_loop import EngineLoop
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         )
     model = model_path(args)
     with loading_model(model):
-        engine = LLMEngine.from_pretrained(model, engine_config(args), args.tokenizer)
+        engine = load_engine(model, engine_config(args), args.tokenizer)
     hooks, names = _weight_sync(args.weight_idle_timeout)
     try:
         server = RolloutServer(

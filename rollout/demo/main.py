@@ -24,7 +24,7 @@ from rollout.client import RolloutClient
 from rollout.config import EngineConfig
 from rollout.demo import grpo, overlap, report
 from rollout.demo.command import build_parser
-from rollout.engine.llm_engine import LLMEngine
+from rollout.engine_factory import load_engine
 from rollout.gc_heap import freeze_startup_heap
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, owns_process: bool = False) -> list[report.Rou
 
 
 def _local_server(path: Path) -> RolloutServer:
-    engine = LLMEngine.from_pretrained(path, EngineConfig(device="cpu", dtype="float32"))
+    engine = load_engine(path, EngineConfig(device="cpu", dtype="float32"))
     hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[SERVICE_NAME])
     return RolloutServer(EngineLoop(engine), host="127.0.0.1", port=0, **hooks)
 

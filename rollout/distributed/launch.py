@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -25,6 +26,7 @@ from rollout.distributed.sharding import check_tensor_parallel, load_shard
 from rollout.distributed.step_broadcast import DriverRunner, serve_steps
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model_loader import TokenizerArg, resolve_tokenizer
+from rollout.engine.runner import RunnerFactory, single_device
 from rollout.gc_heap import freeze_startup_heap
 
 
@@ -52,12 +54,12 @@ def start_driver(path: str | os.PathLike, config: EngineConfig, tokenizer: Token
     try:
         _await_workers(store, workers)
         group = join(0, config.tensor_parallel_size, device, store, store.port)
-        engine = build_engine(path, config, group, resolve_tokenizer(tokenizer, path))
+        driver = functools.partial(DriverRunner, group=group, workers=workers)
+        engine = build_engine(path, config, group, resolve_tokenizer(tokenizer, path), driver)
     except BaseException:
         for worker in workers:
             worker.kill()
         raise
-    engine.runner = DriverRunner(engine.runner, group, workers)
     atexit.register(engine.runner.shutdown)
     return engine
 
@@ -71,15 +73,20 @@ def run_worker(rank: int, path: str, config: EngineConfig, port: int, device_typ
     group = join(rank, config.tensor_parallel_size, device, store, port)
     engine = build_engine(path, config, group, None)
     freeze_startup_heap()
-    serve_steps(engine.runner, group)
+    serve_steps(engine.local_runner, group)
     group.close()
 
 
 def build_engine(
-    path: str | os.PathLike, config: EngineConfig, group: TPGroup, tokenizer: TokenizerArg
+    path: str | os.PathLike,
+    config: EngineConfig,
+    group: TPGroup,
+    tokenizer: TokenizerArg,
+    runner_factory: RunnerFactory = single_device,
 ) -> LLMEngine:
-    engine = LLMEngine(load_shard(path, config, group.device), tokenizer, config, model_name=str(path))
-    if engine.runner.states is not None:  # the step message carries no recurrent-state slots
+    """Every rank's engine over its shard; rank 0 drives its runner through `runner_factory`."""
+    engine = LLMEngine(load_shard(path, config, group.device), tokenizer, config, str(path), runner_factory)
+    if engine.is_hybrid:  # the step message carries no recurrent-state slots
         raise ValueError(
             "tensor_parallel_size > 1 does not support hybrid models (recurrent layers) yet; serve it with "
             "tensor_parallel_size=1"

@@ -1,6 +1,8 @@
 """In-flight update policies: what a weight update does to the samples still being generated.
 
-The engine consults the policy once, at the step boundary where the new weights were committed:
+The engine consults the policy once, at the step boundary where the new weights were committed; the
+policy only reads the requests and returns an `InFlightPlan` (what to abort, what to recompute),
+which the engine applies:
 - "wait": refuse while requests are unfinished (the server's loop drains them first);
 - "abort": samples that have tokens come back at once with their tokens and logprobs
   (finish reason "abort"); nothing is thrown away;
@@ -15,11 +17,11 @@ fall behind before the policy applies; under "keep" a sample beyond it is recomp
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rollout.engine.llm_engine import LLMEngine
     from rollout.engine.request import Request
     from rollout.engine.sequence import Sequence
 
@@ -49,8 +51,17 @@ class InFlightReport:
         return {f"{prefix}{name.removeprefix('num_')}": value for name, value in asdict(self).items()}
 
 
+@dataclass(slots=True)
+class InFlightPlan:
+    """What the engine does to its unfinished requests after a commit: the policy decides, the engine acts."""
+
+    abort: list[str] = field(default_factory=list)  # request ids: their samples come back now
+    recompute: list[Sequence] = field(default_factory=list)  # sequences whose KV is dropped and recomputed
+    report: InFlightReport = field(default_factory=InFlightReport)
+
+
 class InFlightPolicy:
-    """One update's policy; `apply` runs right after the commit, between two engine steps."""
+    """One update's policy; `plan` runs right after the commit, between two engine steps."""
 
     def __init__(self, name: str, default_max_staleness: int | None = None) -> None:
         self.name = check_in_flight(name)
@@ -60,22 +71,21 @@ class InFlightPolicy:
     def needs_idle(self) -> bool:
         return self.name == "wait"
 
-    def apply(self, engine: LLMEngine, version: int) -> InFlightReport:
-        report = InFlightReport()
-        recompute: list[Sequence] = []
-        for request in list(engine.requests.values()):
+    def plan(self, requests: Iterable[Request], version: int) -> InFlightPlan:
+        plan = InFlightPlan()
+        report = plan.report
+        for request in requests:
             live = [seq for seq in request.sequences if not seq.is_finished]
             action = self._action(request, live, version)
             if action == "keep":
                 report.num_tokens_kept += sum(seq.num_computed_tokens for seq in live)
             elif action == "abort":
                 report.num_tokens_returned_partial += sum(seq.num_output_tokens for seq in live)
-                engine.abort_request(request.request_id)
+                plan.abort.append(request.request_id)
             else:
                 report.num_tokens_recomputed += sum(seq.num_computed_tokens for seq in live)
-                recompute += [seq for seq in live if seq.num_computed_tokens > 0]
-        engine.scheduler.recompute(recompute)
-        return report
+                plan.recompute += [seq for seq in live if seq.num_computed_tokens > 0]
+        return plan
 
     def _action(self, request: Request, live: list[Sequence], version: int) -> str:
         versions = [seq.kv_version for seq in live if seq.kv_version is not None]

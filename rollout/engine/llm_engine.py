@@ -7,7 +7,6 @@ one thread (the offline `LLM` or the server's engine loop) drives it.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -18,13 +17,14 @@ from rollout.engine import checked_update, kv_sizing, model_guard, model_loader,
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
-from rollout.engine.in_flight import InFlightPolicy, InFlightReport
+from rollout.engine.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.provenance import extend_spans, oldest_version
 from rollout.engine.recurrent_layers import hybrid_state_pool
 from rollout.engine.request import Request
 from rollout.engine.resume import PartialSample, check_partial, resume_into
+from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.sequence import Sequence
@@ -40,7 +40,10 @@ class LLMEngine:
         tokenizer: PreTrainedTokenizerBase | None = None,
         config: EngineConfig | None = None,
         model_name: str | None = None,
+        runner_factory: RunnerFactory = single_device,
     ) -> None:
+        """`runner_factory` receives the local `ModelRunner` once it is built and self-checked, and returns
+        the runner every step goes through (rollout/engine/runner.py); the engine never swaps it."""
         self.config = config or EngineConfig()
         self.model = model_loader.prepare_model(model, self.config)
         self.tokenizer = tokenizer
@@ -51,17 +54,22 @@ class LLMEngine:
         kv_spec = model_guard.check_model(self.model, backend)
         num_blocks = kv_sizing.num_blocks(self.config, self.max_model_len, kv_spec, device)
         states = hybrid_state_pool(self.model, self.config.max_num_seqs)  # None unless recurrent layers
+        self.is_hybrid = states is not None
         self.block_manager = BlockManager(
             num_blocks, self.config.block_size, self.config.enable_prefix_caching, states
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
-        self.runner = ModelRunner(self.model, kv_spec, num_blocks, self.config.block_size, backend, states)
+        # The local runner stays for the update self-check (single device only: TP refuses that option).
+        self.local_runner = ModelRunner(
+            self.model, kv_spec, num_blocks, self.config.block_size, backend, states
+        )
         if self.config.self_check:
             self_check.run_self_check(
                 self.model, kv_spec, backend, self.config.block_size, self.max_model_len
             )
         if use_cuda_graphs(self.config, device, backend) and states is None:  # hybrids: per-sequence calls
-            self.runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
+            self.local_runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
+        self.runner: Runner = runner_factory(self.local_runner)
         self.sampler = Sampler(self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
@@ -85,21 +93,6 @@ class LLMEngine:
         self._num_requests_finished = 0
         self.in_flight_totals = InFlightReport()
         self.last_in_flight = InFlightReport()
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        model: str | os.PathLike,
-        config: EngineConfig | None = None,
-        tokenizer: model_loader.TokenizerArg = None,
-    ) -> LLMEngine:
-        config = config or EngineConfig()
-        if config.tensor_parallel_size > 1:  # rank 0 of N: rollout/distributed/
-            from rollout.distributed.launch import start_driver
-
-            return start_driver(model, config, tokenizer)
-        hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)
-        return cls(hf_model, hf_tokenizer, config, model_name=str(model))
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -339,13 +332,19 @@ class LLMEngine:
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
-            checked_update.apply_checked(self.runner, named_tensors, self.max_model_len)
+            checked_update.apply_checked(self.local_runner, named_tensors, self.max_model_len)
         else:
             self.runner.write_weights(named_tensors)
         version = self.commit_weight_version(version)
-        self.last_in_flight = policy.apply(self, version)
-        self.in_flight_totals.add(self.last_in_flight)
+        self._apply_in_flight(policy.plan(list(self.requests.values()), version))
         return version
+
+    def _apply_in_flight(self, plan: InFlightPlan) -> None:
+        for request_id in plan.abort:
+            self.abort_request(request_id)
+        self.scheduler.recompute(plan.recompute)
+        self.last_in_flight = plan.report
+        self.in_flight_totals.add(plan.report)
 
     def commit_weight_version(self, version: int | None = None) -> int:
         if version is None:

@@ -1,0 +1,29 @@
+"""load_engine: the one place that decides how an engine is built from a model path.
+
+It sits above `engine/` and `distributed/`: one device builds an `LLMEngine` directly; N ranks start
+the tensor-parallel workers, which hand the engine their driver runner at construction. The engine
+itself never imports a launcher.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rollout.config import EngineConfig
+from rollout.engine import model_loader
+from rollout.engine.llm_engine import LLMEngine
+
+
+def load_engine(
+    model: str | os.PathLike,
+    config: EngineConfig | None = None,
+    tokenizer: model_loader.TokenizerArg = None,
+) -> LLMEngine:
+    """An engine over the model at `model` (a path or hub id), on one device or `tensor_parallel_size` ranks."""
+    config = config or EngineConfig()
+    if config.tensor_parallel_size > 1:  # rank 0 of N: rollout/distributed/
+        from rollout.distributed.launch import start_driver
+
+        return start_driver(model, config, tokenizer)
+    hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)
+    return LLMEngine(hf_model, hf_tokenizer, config, model_name=str(model))
