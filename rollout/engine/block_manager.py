@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from rollout.engine.sequence import Sequence
+from rollout.engine.request import Sequence
 from rollout.engine.state_pool import StatePool
 
 

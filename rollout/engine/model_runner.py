@@ -17,7 +17,8 @@ from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.recurrent_layers import segments, step_segments
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.engine.state_pool import StatePool
-from rollout.ops.hf_attention import AttentionBackend, ForwardContext, forward_context
+from rollout.ops.attention_backend import AttentionBackend
+from rollout.ops.hf_attention import ForwardContext, forward_context
 from rollout.weights.manifest import NamedTensors
 from rollout.weights.updater import apply_named_tensors
 

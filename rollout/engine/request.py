@@ -1,10 +1,15 @@
-"""Request: one prompt and its n samples, which start as a single sequence and fork after prefill."""
+"""Request and Sequence: one prompt with its n samples, and each sample's tokens and computed KV.
+
+A request starts as a single sequence and forks after prefill. A sequence has no prefill or decode
+phase: `num_computed_tokens` catches up with `num_tokens`, a chunk at a time while prompt tokens are
+pending, one token at a time once it is generating. They point at each other, so they share a file.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
-from rollout.engine.sequence import Sequence
 from rollout.sampling_params import SamplingParams
 
 
@@ -33,3 +38,55 @@ class Request:
     def num_seats(self) -> int:
         """Running-sequence slots this request will occupy once forked."""
         return self.params.n - self.num_finished
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    seq_id: int
+    request: Request
+    token_ids: list[int]
+    num_prompt_tokens: int
+    # Index among the request's n samples; the parent (before the fork) is sample 0.
+    sample_index: int = 0
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)
+    # Chained hashes of this sequence's full blocks, in order (prefix-cache keys).
+    block_hashes: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
+    kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
+    finish_reason: str | None = None
+    # Provenance (rollout/engine/provenance.py): spans of (output token index, weight version) for
+    # the weights that sampled each token and the oldest KV each token attended to, and the oldest
+    # weight version among this sequence's computed KV (None while it has none).
+    weight_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_version: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_pending_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED

@@ -15,7 +15,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from rollout.engine.sequence import Sequence
+    from rollout.engine.request import Sequence
 
 
 @dataclass(frozen=True, slots=True)

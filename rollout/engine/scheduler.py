@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
-from rollout.engine.sequence import Sequence, SequenceStatus
+from rollout.engine.request import Sequence, SequenceStatus
 
 
 @dataclass(slots=True)

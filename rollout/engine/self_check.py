@@ -19,8 +19,9 @@ from rollout.engine.model_guard import UnsupportedModelError
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.recurrent_layers import Segment, recurrent_modules, segments, step_segments
 from rollout.ops import hf_attention
+from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.attention_metadata import AttentionMetadata
-from rollout.ops.hf_attention import AttentionBackend, ForwardContext
+from rollout.ops.hf_attention import ForwardContext
 
 # Largest logit difference accepted, relative to the largest reference logit (at least 1).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}

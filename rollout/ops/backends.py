@@ -13,8 +13,8 @@ import importlib.util
 import torch
 
 from rollout.ops import paged_attention_ref, paged_attention_sdpa
+from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.cpu_kernels import load_cpu_kernels
-from rollout.ops.hf_attention import AttentionBackend
 
 
 def get_backend(name: str, device: torch.device) -> AttentionBackend:

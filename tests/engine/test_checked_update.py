@@ -13,7 +13,7 @@ import torch
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine.self_check import check_runner
 from rollout.ops import paged_attention_ref
-from rollout.ops.hf_attention import AttentionBackend
+from rollout.ops.attention_backend import AttentionBackend
 from rollout.weights.manifest import WeightUpdateError
 from tests.builders import tiny_model
 from tests.models.zoo import SUPPORTED, build

@@ -13,9 +13,8 @@ import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine.cuda_graphs import MAX_GRAPH_BATCH, DecodeGraphs, decode_buckets, use_cuda_graphs
-from rollout.engine.request import Request
+from rollout.engine.request import Request, Sequence
 from rollout.engine.scheduler import ScheduledSequence, SchedulerOutput
-from rollout.engine.sequence import Sequence
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput
 from tests.builders import ARCHITECTURES, random_prompts, tiny_llm, tiny_model

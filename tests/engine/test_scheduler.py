@@ -2,9 +2,8 @@
 
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
-from rollout.engine.request import Request
+from rollout.engine.request import Request, Sequence
 from rollout.engine.scheduler import Scheduler
-from rollout.engine.sequence import Sequence
 from rollout.sampling_params import SamplingParams
 
 

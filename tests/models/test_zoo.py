@@ -15,7 +15,7 @@ from rollout.engine import model_guard, self_check
 from rollout.engine.model_guard import UnsupportedModelError
 from rollout.engine.self_check import check_runner, run_self_check
 from rollout.ops import paged_attention_ref
-from rollout.ops.hf_attention import AttentionBackend
+from rollout.ops.attention_backend import AttentionBackend
 from tests.models.zoo import REFUSED, SUPPORTED, Family, build
 
 PROMPT = [3, 5, 7, 9, 11, 13, 17, 19, 23, 29, 31]
