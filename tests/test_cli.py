@@ -8,13 +8,8 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerFast
 
 from rollout.cli import main
-<<<<<<< HEAD
-from rollout.engine.llm_engine import LLMEngine
-from tests.builders import CONVERSATION, char_tokenizer, tiny_model, tool_chat_tokenizer
-=======
 from rollout.engine_factory import load_engine
-from tests.builders import char_tokenizer, tiny_model
->>>>>>> 77346d1 (Engine seam (issue 29): the engine receives its runner factory at construction (rollout/engine/runner.py: the Runner protocol; the TP driver is built by the factory, never swapped in afterwards), load_engine above engine/ and distributed/ (rollout/engine_factory.py; LLMEngine.from_pretrained removed), the in-flight policy returns a plan the engine applies (in_flight.py no longer imports the engine), and a lazy package face (PEP 562) so import rollout.client loads no torch)
+from tests.builders import CONVERSATION, char_tokenizer, tiny_model, tool_chat_tokenizer
 from tests.server.server_builders import serving
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -97,7 +92,7 @@ def test_tool_call_messages_reach_the_template_intact_in_process_and_through_a_s
     tool_chat_tokenizer().save_pretrained(tmp_path / "model")
     src = write_lines(tmp_path / "in.jsonl", [{"messages": CONVERSATION}])
     _, local = run_generate(tmp_path, src, "--model", str(tmp_path / "model"))
-    with serving(LLMEngine.from_pretrained(tmp_path / "model")) as server:
+    with serving(load_engine(tmp_path / "model")) as server:
         _, remote = run_generate(tmp_path, src, "--server", server.address)
     want = tool_chat_tokenizer().apply_chat_template(
         CONVERSATION, add_generation_prompt=True, return_dict=False

@@ -28,7 +28,7 @@ from rollout.weights.manifest import (
     validate_manifest,
 )
 from rollout.weights.shards import local_shard, local_tensor
-from rollout.weights.updater import write
+from rollout.weights.updater import unique_writes, write
 
 Write = tuple[torch.Tensor, torch.Tensor]  # (this rank's storage, this rank's new value)
 
@@ -77,7 +77,7 @@ def _stage_and_commit(
     if failures:
         reasons = "; ".join(f"rank {rank}: {reason}" for rank, reason in failures.items())
         raise WeightUpdateError(f"weight update refused, nothing written on any rank: {reasons}")
-    write(_unique(staged))
+    write(unique_writes(staged))
 
 
 def _received(spec: TensorSpec, tensor: torch.Tensor | None, group: TPGroup) -> torch.Tensor:
@@ -88,14 +88,3 @@ def _received(spec: TensorSpec, tensor: torch.Tensor | None, group: TPGroup) -> 
         buffer = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=group.device)
     group.broadcast_tensor(buffer)
     return buffer
-
-
-def _unique(writes: list[Write]) -> list[Write]:
-    """One write per storage: tied parameters share one shard."""
-    seen: set[int] = set()
-    unique = []
-    for target, value in writes:
-        if target.data_ptr() not in seen:
-            seen.add(target.data_ptr())
-            unique.append((target, value))
-    return unique

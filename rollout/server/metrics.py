@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from rollout.server.engine_loop import EngineLoop
@@ -38,119 +40,157 @@ class Metrics:
         return (generated - g0) / (now - t0) if now > t0 else 0.0
 
     def render(self) -> str:
-        stats, counters = self.loop.stats(), dict(self.loop.counters)
-        total = max(int(stats["num_blocks_total"]), 1)
-        hits, computed = int(stats["num_prefix_hit_tokens"]), int(stats["num_prompt_tokens_computed"])
+        f = Figures(self.loop.stats(), dict(self.loop.counters), self)
         lines: list[str] = []
-        _add(lines, "requests_total", "counter", "Requests accepted.", counters["accepted"])
-        _add(
-            lines,
-            "requests_finished_total",
-            "counter",
-            "Requests finished (incl. aborted).",
-            counters["finished"],
-        )
-        _add(
-            lines,
-            "requests_failed_total",
-            "counter",
-            "Requests failed by an engine error.",
-            counters["failed"],
-        )
-        _add(lines, "requests_rejected_total", "counter", "Requests refused at admission.", None)
-        lines.append(f'rollout_requests_rejected_total{{reason="queue_full"}} {counters["rejected_full"]}')
-        lines.append(
-            f'rollout_requests_rejected_total{{reason="unavailable"}} {counters["rejected_unavailable"]}'
-        )
-        _add(
-            lines,
-            "requests_deduplicated_total",
-            "counter",
-            "Retries served without generating again.",
-            counters["deduplicated"],
-        )
-        _add(
-            lines,
-            "requests_running",
-            "gauge",
-            "Requests in the engine.",
-            stats["num_requests_unfinished"] - stats["num_requests_queued"],
-        )
-        _add(
-            lines,
-            "requests_waiting",
-            "gauge",
-            "Requests queued for admission (paused or during a weight update).",
-            stats["num_requests_queued"],
-        )
-        _add(
-            lines,
-            "sequences_running",
-            "gauge",
-            "Sequences (samples) the scheduler is running.",
-            stats["num_running_seqs"],
-        )
-        _add(
-            lines,
-            "queue_depth",
-            "gauge",
-            "Sequences waiting in the scheduler plus queued requests.",
-            stats["num_waiting_seqs"] + stats["num_requests_queued"],
-        )
-        _add(lines, "generated_tokens_total", "counter", "Tokens generated.", stats["num_generated_tokens"])
-        _add(
-            lines,
-            "generation_tokens_per_second",
-            "gauge",
-            f"Generated tokens/s over the last {self.window_s:g} s of scrapes (since start at first).",
-            round(self.tokens_per_second(int(stats["num_generated_tokens"])), 3),
-        )
-        _add(
-            lines, "prompt_tokens_computed_total", "counter", "Prompt tokens run through the model.", computed
-        )
-        _add(lines, "prefix_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", hits)
-        _add(
-            lines,
-            "prefix_cache_hit_rate",
-            "gauge",
-            "Prefix-hit tokens / all prompt tokens so far.",
-            round(hits / max(hits + computed, 1), 6),
-        )
-        _add(
-            lines,
-            "kv_cache_usage_ratio",
-            "gauge",
-            "Fraction of KV blocks held by requests.",
-            round(1 - int(stats["num_blocks_free"]) / total, 6),
-        )
-        _add(lines, "kv_cache_blocks_total", "gauge", "KV cache blocks.", total)
-        _add(
-            lines,
-            "preemptions_total",
-            "counter",
-            "Sequences preempted for lack of KV blocks.",
-            stats["num_preemptions"],
-        )
-        _add(lines, "weight_version", "gauge", "Version of the weights serving now.", stats["weight_version"])
-        _add(
-            lines,
-            "in_flight_tokens_total",
-            "counter",
-            "Tokens in flight at in-flight weight updates: KV kept, KV recomputed, output returned partial.",
-            None,
-        )
-        for action in ("kept", "recomputed", "returned_partial"):
-            value = stats.get(f"in_flight_tokens_{action}", 0)
-            lines.append(f'rollout_in_flight_tokens_total{{action="{action}"}} {value}')
-        _add(lines, "paused", "gauge", "1 while paused.", int(self.loop.paused))
+        for metric in METRICS:
+            lines += metric.lines(f)
         return "\n".join(lines) + "\n"
 
 
-def _add(lines: list[str], name: str, kind: str, help_text: str, value: float | int | None) -> None:
-    lines.append(f"# HELP rollout_{name} {help_text}")
-    lines.append(f"# TYPE rollout_{name} {kind}")
-    if value is not None:
-        lines.append(f"rollout_{name} {value}")
+@dataclass(frozen=True)
+class Figures:
+    """One scrape's inputs: the loop's stats snapshot and counters, and the Metrics that renders them."""
+
+    stats: dict[str, int | float]
+    counters: dict[str, int]
+    metrics: Metrics
+
+    @property
+    def blocks_total(self) -> int:
+        return max(int(self.stats["num_blocks_total"]), 1)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        hits, computed = (
+            int(self.stats["num_prefix_hit_tokens"]),
+            int(self.stats["num_prompt_tokens_computed"]),
+        )
+        return round(hits / max(hits + computed, 1), 6)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One exposed series: `value` gives a number, or {label value: number} for a series with `label`."""
+
+    name: str
+    kind: str  # "counter" | "gauge"
+    help: str
+    value: Callable[[Figures], float | int | dict[str, float | int]]
+    label: str | None = None
+
+    def lines(self, f: Figures) -> list[str]:
+        name = f"rollout_{self.name}"
+        help_text = self.help.format(window_s=f.metrics.window_s)  # the one help that names a setting
+        out = [f"# HELP {name} {help_text}", f"# TYPE {name} {self.kind}"]
+        value = self.value(f)
+        if self.label is None:
+            return [*out, f"{name} {value}"]
+        return out + [f'{name}{{{self.label}="{key}"}} {v}' for key, v in value.items()]
+
+
+def _stat(key: str) -> Callable[[Figures], int | float]:
+    return lambda f: f.stats[key]
+
+
+def _counter(key: str) -> Callable[[Figures], int]:
+    return lambda f: f.counters[key]
+
+
+def _tokens_per_second(f: Figures) -> float:
+    return round(f.metrics.tokens_per_second(int(f.stats["num_generated_tokens"])), 3)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("requests_total", "counter", "Requests accepted.", _counter("accepted")),
+    Metric("requests_finished_total", "counter", "Requests finished (incl. aborted).", _counter("finished")),
+    Metric("requests_failed_total", "counter", "Requests failed by an engine error.", _counter("failed")),
+    Metric(
+        "requests_rejected_total",
+        "counter",
+        "Requests refused at admission.",
+        lambda f: {
+            "queue_full": f.counters["rejected_full"],
+            "unavailable": f.counters["rejected_unavailable"],
+        },
+        label="reason",
+    ),
+    Metric(
+        "requests_deduplicated_total",
+        "counter",
+        "Retries served without generating again.",
+        _counter("deduplicated"),
+    ),
+    Metric(
+        "requests_running",
+        "gauge",
+        "Requests in the engine.",
+        lambda f: f.stats["num_requests_unfinished"] - f.stats["num_requests_queued"],
+    ),
+    Metric(
+        "requests_waiting",
+        "gauge",
+        "Requests queued for admission (paused or during a weight update).",
+        _stat("num_requests_queued"),
+    ),
+    Metric(
+        "sequences_running",
+        "gauge",
+        "Sequences (samples) the scheduler is running.",
+        _stat("num_running_seqs"),
+    ),
+    Metric(
+        "queue_depth",
+        "gauge",
+        "Sequences waiting in the scheduler plus queued requests.",
+        lambda f: f.stats["num_waiting_seqs"] + f.stats["num_requests_queued"],
+    ),
+    Metric("generated_tokens_total", "counter", "Tokens generated.", _stat("num_generated_tokens")),
+    Metric(
+        "generation_tokens_per_second",
+        "gauge",
+        "Generated tokens/s over the last {window_s:g} s of scrapes (since start at first).",
+        _tokens_per_second,
+    ),
+    Metric(
+        "prompt_tokens_computed_total",
+        "counter",
+        "Prompt tokens run through the model.",
+        _stat("num_prompt_tokens_computed"),
+    ),
+    Metric(
+        "prefix_hit_tokens_total",
+        "counter",
+        "Prompt tokens served from the prefix cache.",
+        _stat("num_prefix_hit_tokens"),
+    ),
+    Metric(
+        "prefix_cache_hit_rate",
+        "gauge",
+        "Prefix-hit tokens / all prompt tokens so far.",
+        lambda f: f.prefix_hit_rate,
+    ),
+    Metric(
+        "kv_cache_usage_ratio",
+        "gauge",
+        "Fraction of KV blocks held by requests.",
+        lambda f: round(1 - int(f.stats["num_blocks_free"]) / f.blocks_total, 6),
+    ),
+    Metric("kv_cache_blocks_total", "gauge", "KV cache blocks.", lambda f: f.blocks_total),
+    Metric(
+        "preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", _stat("num_preemptions")
+    ),
+    Metric("weight_version", "gauge", "Version of the weights serving now.", _stat("weight_version")),
+    Metric(
+        "in_flight_tokens_total",
+        "counter",
+        "Tokens in flight at in-flight weight updates: KV kept, KV recomputed, output returned partial.",
+        lambda f: {
+            a: f.stats.get(f"in_flight_tokens_{a}", 0) for a in ("kept", "recomputed", "returned_partial")
+        },
+        label="action",
+    ),
+    Metric("paused", "gauge", "1 while paused.", lambda f: int(f.metrics.loop.paused)),
+)
 
 
 def serve_metrics_http(metrics: Metrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:

@@ -15,6 +15,7 @@ import rollout
 from rollout.outputs import CompletionOutput
 from rollout.server import convert
 from rollout.server.chat_messages import conversation_from_proto
+from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
@@ -201,7 +202,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         return pb.AbortResponse(found=self.loop.abort(request.request_id))
 
     def Pause(self, request: pb.PauseRequest, context: grpc.ServicerContext) -> pb.PauseResponse:
-        timeout = _deadline_seconds(context)
+        timeout = deadline_seconds(context)
         self._control(context, lambda: self.loop.pause(request.abort_running, timeout=timeout))
         return pb.PauseResponse()
 
@@ -234,9 +235,3 @@ def _cancel_when_done(context: grpc.ServicerContext, handle: RequestHandle) -> N
     """
     if not context.add_callback(handle.cancel):
         handle.cancel()
-
-
-def _deadline_seconds(context: grpc.ServicerContext) -> float | None:
-    """Seconds left before the client's deadline; None when the call has none (gRPC reports ~inf)."""
-    remaining = context.time_remaining()
-    return None if remaining is None or remaining > 1e6 else remaining

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import grpc
 import torch
 
+from rollout.server.deadlines import deadline_seconds
 from rollout.server.generated import weights_pb2
 from rollout.server.loop_jobs import wait_job
 from rollout.weights.ledger import UpdateLedger, equals_model
@@ -112,9 +113,3 @@ def commit_for_call(
         raise CallerGoneError(
             "the call ended while waiting for an idle engine; nothing was written"
         ) from None
-
-
-def deadline_seconds(context: grpc.ServicerContext) -> float | None:
-    """Seconds left before the client's deadline; None when the call has none (gRPC reports ~inf)."""
-    remaining = context.time_remaining()
-    return None if remaining is None or remaining > 1e6 else max(remaining, 0.0)

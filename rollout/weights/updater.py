@@ -57,7 +57,7 @@ def plan_writes(
     resolved = validate_manifest(
         Manifest(tuple(TensorSpec.of(n, t) for n, t in items)), targets, allow_partial
     )
-    return _unique_writes([(targets[resolved[name]], tensor) for name, tensor in items])
+    return unique_writes([(targets[resolved[name]], tensor) for name, tensor in items])
 
 
 def write(writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -68,7 +68,7 @@ def write(writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     _synchronize(writes)
 
 
-def _unique_writes(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def unique_writes(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """One write per storage: the first tensor sent for a tied parameter wins."""
     seen: set[int] = set()
     unique = []

@@ -20,7 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
 from rollout import EngineConfig
-from rollout.engine.llm_engine import LLMEngine
+from rollout.engine_factory import load_engine
 from rollout.server.app import RolloutServer
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.weights_servicer import SERVICE_NAME as WEIGHTS_SERVICE
@@ -118,7 +118,7 @@ def serving_model(tmp_path: Path, *extra: str, seed: int = 1, **overrides: objec
 def in_process_server(model_dir: Path, port: int = 0) -> RolloutServer:
     """A started server of `model_dir` in this process (seconds, not a child's tens of seconds under
     load): restarting one on the same port is a new server process as clients see it (a new boot id)."""
-    engine = LLMEngine.from_pretrained(str(model_dir), EngineConfig())
+    engine = load_engine(str(model_dir), EngineConfig())
     hooks = dict(extra_servicers=[register_weight_sync], extra_service_names=[WEIGHTS_SERVICE])
     return RolloutServer(EngineLoop(engine), port=port, **hooks).start()
 
