@@ -1,4 +1,4 @@
-"""Output objects shared by the offline LLM, the gRPC client and the CLI."""
+"""Output objects shared by the offline LLM, the gRPC client and the CLI; PartialSample is one brought back to resume."""
 
 from __future__ import annotations
 
@@ -49,3 +49,31 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = False
     prompt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartialSample:
+    """What a partial sample brings back: its index (its seeded stream), tokens, logprobs and spans."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    top_logprobs: list[dict[int, float]] | None = None
+    weight_versions: list[tuple[int, int]] = field(default_factory=list)
+    kv_versions: list[tuple[int, int]] = field(default_factory=list)
+    # One per token when the resumed request asks for logprobs / return_kept_tokens (truncation_mass.py).
+    kept_log_mass: list[float] | None = None
+    kept_token_ids: list[list[int]] | None = None
+
+    @classmethod
+    def of(cls, sample: CompletionOutput) -> PartialSample:
+        return cls(
+            sample.index,
+            list(sample.token_ids),
+            sample.logprobs,
+            sample.top_logprobs,
+            list(sample.weight_versions),
+            list(sample.kv_versions),
+            sample.kept_log_mass,
+            sample.kept_token_ids,
+        )

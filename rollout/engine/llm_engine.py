@@ -23,12 +23,12 @@ from rollout.engine.model_runner import ModelRunner
 from rollout.engine.provenance import extend_spans, oldest_version
 from rollout.engine.recurrent_layers import hybrid_state_pool
 from rollout.engine.request import Request, Sequence
-from rollout.engine.resume import PartialSample, check_partial, resume_into
+from rollout.engine.resume import check_partial, resume_into
 from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.ops.backends import get_backend
-from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 

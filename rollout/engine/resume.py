@@ -7,43 +7,15 @@ computed once (reusing cached blocks of the current version) before sampling goe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rollout.engine.provenance import check_spans
-from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from rollout.engine.request import Sequence
-
-
-@dataclass(frozen=True, slots=True)
-class PartialSample:
-    """What a partial sample brings back: its index (its seeded stream), tokens, logprobs and spans."""
-
-    index: int
-    token_ids: list[int]
-    logprobs: list[float] | None = None
-    top_logprobs: list[dict[int, float]] | None = None
-    weight_versions: list[tuple[int, int]] = field(default_factory=list)
-    kv_versions: list[tuple[int, int]] = field(default_factory=list)
-    # One per token when the resumed request asks for logprobs / return_kept_tokens (truncation_mass.py).
-    kept_log_mass: list[float] | None = None
-    kept_token_ids: list[list[int]] | None = None
-
-    @classmethod
-    def of(cls, sample: CompletionOutput) -> PartialSample:
-        return cls(
-            sample.index,
-            list(sample.token_ids),
-            sample.logprobs,
-            sample.top_logprobs,
-            list(sample.weight_versions),
-            list(sample.kv_versions),
-            sample.kept_log_mass,
-            sample.kept_token_ids,
-        )
 
 
 def check_partial(

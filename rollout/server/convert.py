@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout.engine.resume import PartialSample
-from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
 from rollout.server.generated import rollout_pb2 as pb
 

@@ -13,53 +13,22 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.outputs import CompletionOutput
 from rollout.server.fair_share import FairShare
 from rollout.server.handle import LoopEvent, RequestHandle, Submission
-from rollout.server.loop_errors import (
-    EngineStepError,
-    NotAcceptingError,
-    QueueFullError,
-    RequestConflictError,
-)
-from rollout.server.loop_jobs import Job, run_job, wait_job
+from rollout.server.loop_errors import EngineStepError, NotAcceptingError
+from rollout.server.loop_jobs import Job, JobQueue, run_job, wait_job
+from rollout.server.request_registry import RequestRegistry, Tracked
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True, eq=False)
-class _Tracked:
-    """A request the loop accepted: queued (`in_engine` False) or in the engine, or finished (cache)."""
-
-    sub: Submission
-    samples: list[CompletionOutput] = field(default_factory=list)
-    sinks: list[queue.SimpleQueue[LoopEvent]] = field(default_factory=list)
-    in_engine: bool = False
-    orphaned: bool = False  # every caller went away: aborted, and not cached (a retry regenerates)
-
-    @property
-    def caller(self) -> str:
-        return self.sub.caller
-
-    @property
-    def num_samples(self) -> int:
-        """Samples still to finish (all n until it is done)."""
-        return self.sub.params.n - len(self.samples)
-
-    def output(self) -> RequestOutput:
-        samples = sorted(self.samples, key=lambda c: c.index)
-        sub = self.sub
-        return RequestOutput(sub.request_id, list(sub.prompt_token_ids), samples, True, sub.prompt)
 
 
 class EngineLoop:
@@ -76,22 +45,18 @@ class EngineLoop:
         self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         self.max_pending_requests = max_pending_requests
-        self.finished_cache_size = finished_cache_size
         self._cond = threading.Condition()
-        self._tracked: dict[str, _Tracked] = {}
-        self._queued: FairShare[_Tracked] = FairShare()  # admission order: rollout/server/fair_share.py
-        self._finished: OrderedDict[str, _Tracked] = OrderedDict()
+        self._requests = RequestRegistry(finished_cache_size)  # read and written under _cond
+        self._tracked = self._requests.unfinished
+        self.counters = self._requests.counters
+        self._queued: FairShare[Tracked] = FairShare()  # admission order: rollout/server/fair_share.py
         self._aborts: list[str] = []
-        self._jobs: deque[Job] = deque()
-        self._exclusive: deque[Job] = deque()
+        self._jobs = JobQueue()
         self._paused = False
         self._draining = False
         self._stopped = False
         self._engine_busy = False
         self._stats: dict[str, int | float] = engine.stats()
-        self.counters: dict[str, int] = dict.fromkeys(
-            ("accepted", "finished", "failed", "rejected_full", "rejected_unavailable", "deduplicated"), 0
-        )
         self._thread = threading.Thread(target=self._run, name="rollout-engine-loop", daemon=True)
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -144,71 +109,25 @@ class EngineLoop:
         with self._cond:
             self._check_admission_locked(submissions)
             for sub in submissions:
-                self._attach_or_queue_locked(sub, sink)
+                tracked = self._requests.attach(sub, sink, self._aborts)
+                if tracked is not None:
+                    self._queued.append(tracked)
             self._cond.notify_all()
-        return RequestHandle(self, submissions, sink)
+        return RequestHandle(self.detach, submissions, sink)
 
     def _check_admission_locked(self, submissions: list[Submission]) -> None:
         if not self.accepting:
             self.counters["rejected_unavailable"] += 1
             state = "paused" if self._paused else "draining"
             raise NotAcceptingError(f"the server is {state} and not accepting requests")
-        new = [
-            s for s in submissions if s.request_id not in self._tracked and s.request_id not in self._finished
-        ]
-        if len({s.request_id for s in submissions}) != len(submissions):
-            raise ValueError("request_id: the same request id appears twice in one call")
-        if len(new) > self.max_pending_requests:
-            raise ValueError(
-                f"prompts: the call has {len(new)} new prompts, more than the server admits at once "
-                f"(max_pending_requests {self.max_pending_requests}); split it into smaller calls"
-            )
-        if len(self._tracked) + len(new) > self.max_pending_requests:
-            self.counters["rejected_full"] += 1
-            raise QueueFullError(
-                f"admission queue full: {len(self._tracked)} unfinished requests, limit {self.max_pending_requests}"
-            )
-        for sub in submissions:
-            known = self._tracked.get(sub.request_id) or self._finished.get(sub.request_id)
-            if known is not None and (
-                known.sub.prompt_token_ids != sub.prompt_token_ids or known.sub.params != sub.params
-            ):
-                raise RequestConflictError(
-                    f"request_id {sub.request_id!r} was already used with a different prompt or sampling params"
-                )
-
-    def _attach_or_queue_locked(self, sub: Submission, sink: queue.SimpleQueue[LoopEvent]) -> None:
-        done = self._finished.get(sub.request_id)
-        if done is not None:
-            self._finished.move_to_end(sub.request_id)
-            self.counters["deduplicated"] += 1
-            sink.put(LoopEvent(sub.request_id, done.output().outputs, finished=True))
-            return
-        tracked = self._tracked.get(sub.request_id)
-        if tracked is not None:
-            self.counters["deduplicated"] += 1
-            if tracked.orphaned and sub.request_id in self._aborts:  # a retry beat the abort: keep it
-                self._aborts.remove(sub.request_id)
-                tracked.orphaned = False
-            if tracked.samples:
-                sink.put(LoopEvent(sub.request_id, list(tracked.samples)))
-        else:
-            tracked = _Tracked(sub)
-            self._tracked[sub.request_id] = tracked
-            self._queued.append(tracked)
-            self.counters["accepted"] += 1
-        tracked.sinks.append(sink)
+        self._requests.check(submissions, self.max_pending_requests)
 
     def detach(self, request_id: str, sink: queue.SimpleQueue[LoopEvent]) -> None:
         """A caller went away; the request is aborted once no caller is attached to it."""
         with self._cond:
-            tracked = self._tracked.get(request_id)
-            if tracked is None or sink not in tracked.sinks:
-                return
-            tracked.sinks.remove(sink)
-            if not tracked.sinks:
-                tracked.orphaned = True
-                self._abort_locked(tracked)
+            orphan = self._requests.detach(request_id, sink)
+            if orphan is not None:
+                self._abort_locked(orphan)
                 self._cond.notify_all()
 
     def abort(self, request_id: str) -> bool:
@@ -221,7 +140,7 @@ class EngineLoop:
             self._cond.notify_all()
             return True
 
-    def _abort_locked(self, tracked: _Tracked) -> None:
+    def _abort_locked(self, tracked: Tracked) -> None:
         if tracked.in_engine:
             self._aborts.append(tracked.sub.request_id)
             return
@@ -230,7 +149,7 @@ class EngineLoop:
         samples = [
             CompletionOutput(i, [], None, None, "abort", version, None) for i in range(tracked.sub.params.n)
         ]
-        self._deliver_locked(tracked, samples, finished=True)
+        self._requests.deliver(tracked, samples, finished=True)
 
     def _abort_all_locked(self, include_queued: bool) -> None:
         for tracked in list(self._tracked.values()):
@@ -267,7 +186,7 @@ class EngineLoop:
         with self._cond:
             if self._stopped:
                 raise NotAcceptingError("the engine loop is stopped")
-            (self._exclusive if job.exclusive else self._jobs).append(job)
+            self._jobs.add(job)
             self._cond.notify_all()
         job.future.add_done_callback(lambda _: self._wake())
         return job.future
@@ -318,28 +237,20 @@ class EngineLoop:
 
     def _has_work(self) -> bool:
         admitting = bool(self._queued) and self._admitting()
-        return (
-            self._stopped
-            or self._engine_busy
-            or admitting
-            or bool(self._aborts or self._jobs or self._exclusive)
-        )
+        return self._stopped or self._engine_busy or admitting or bool(self._aborts or self._jobs)
 
     def _admitting(self) -> bool:
-        while self._exclusive and self._exclusive[0].future.cancelled():
-            self._exclusive.popleft()  # its caller left before it ran: it no longer holds admission
-        return not self._paused and not self._exclusive
+        return not self._paused and self._jobs.next_exclusive() is None
 
-    def _take_work_locked(self) -> tuple[list[_Tracked], list[str], list[Job]]:
-        admit: list[_Tracked] = []
+    def _take_work_locked(self) -> tuple[list[Tracked], list[str], list[Job]]:
+        admit: list[Tracked] = []
         if self._admitting():
             admit = self._queued.take(self._room_locked())
             for tracked in admit:
                 tracked.in_engine = True
         aborts, self._aborts = self._aborts, []
-        jobs = list(self._jobs)
-        self._jobs.clear()
-        head = self._exclusive[0] if self._exclusive else None
+        jobs = self._jobs.take_calls()
+        head = self._jobs.next_exclusive()
         if head is not None and head.abort_running and not head.aborted:
             head.aborted = True
             aborts += [r for r, t in self._tracked.items() if t.in_engine and r not in aborts]
@@ -352,7 +263,7 @@ class EngineLoop:
         running = sum(t.num_samples for t in self._tracked.values() if t.in_engine)
         return self.engine.config.max_num_seqs - running
 
-    def _apply(self, admit: list[_Tracked], aborts: list[str], jobs: list[Job]) -> None:
+    def _apply(self, admit: list[Tracked], aborts: list[str], jobs: list[Job]) -> None:
         for tracked in admit:
             sub = tracked.sub
             try:
@@ -377,27 +288,13 @@ class EngineLoop:
             for delta in outputs:
                 tracked = self._tracked.get(delta.request_id)
                 if tracked is not None:
-                    self._deliver_locked(tracked, delta.outputs, delta.finished)
+                    self._requests.deliver(tracked, delta.outputs, delta.finished)
             self._engine_busy = self.engine.has_unfinished_requests()
             self._cond.notify_all()
 
-    def _deliver_locked(self, tracked: _Tracked, samples: list[CompletionOutput], finished: bool) -> None:
-        request_id = tracked.sub.request_id
-        tracked.samples.extend(samples)
-        for sink in tracked.sinks:
-            sink.put(LoopEvent(request_id, list(samples), finished=finished))
-        if not finished:
-            return
-        del self._tracked[request_id]
-        self.counters["finished"] += 1
-        if not tracked.orphaned:
-            self._finished[request_id] = tracked
-            while len(self._finished) > self.finished_cache_size:
-                self._finished.popitem(last=False)
-
     def _fail_engine_requests(self, exc: Exception) -> None:
         with self._cond:
-            failed = [r for r, t in self._tracked.items() if t.in_engine]
+            failed = self._requests.in_engine()
         for request_id in failed:
             try:
                 self.engine.abort_request(request_id)  # frees its blocks; the abort delta is ignored
@@ -408,21 +305,15 @@ class EngineLoop:
     def _fail(self, request_ids: list[str], exc: Exception) -> None:
         error = EngineStepError(f"engine step failed: {type(exc).__name__}: {exc}")
         with self._cond:
-            for request_id in request_ids:
-                tracked = self._tracked.pop(request_id, None)
-                if tracked is None:
-                    continue
-                self.counters["failed"] += 1
-                for sink in tracked.sinks:
-                    sink.put(LoopEvent(request_id, [], finished=True, error=error))
+            self._requests.fail(request_ids, error)
             self._engine_busy = self.engine.has_unfinished_requests()
             self._cond.notify_all()
 
     def _run_exclusive_if_idle(self) -> None:
         with self._cond:
-            if not self._exclusive or self.engine.has_unfinished_requests():
+            if not self._jobs.exclusive or self.engine.has_unfinished_requests():
                 return
-            job = self._exclusive.popleft()
+            job = self._jobs.exclusive.popleft()
         run_job(job, self.engine)
         with self._cond:
             self._cond.notify_all()

@@ -8,7 +8,7 @@ is attached, so a retry that attached meanwhile keeps it alive.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,8 +16,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from rollout.engine.resume import PartialSample
-    from rollout.server.engine_loop import EngineLoop
+    from rollout.outputs import PartialSample
 
 
 class HandleCancelledError(Exception):
@@ -50,11 +49,18 @@ class LoopEvent:
     error: Exception | None = None
 
 
-class RequestHandle:
-    """The requests of one submit call; iterate for events as samples finish, or call `result()`."""
+Detach = Callable[[str, "queue.SimpleQueue[LoopEvent]"], None]
 
-    def __init__(self, loop: EngineLoop, submissions: list[Submission], sink: queue.SimpleQueue[LoopEvent]):
-        self.loop = loop
+
+class RequestHandle:
+    """The requests of one submit call; iterate for events as samples finish, or call `result()`.
+
+    `detach(request_id, sink)` is how a cancelled handle lets go of a request (the engine loop's, which
+    aborts it once nobody waits on it); the handle knows nothing else of the loop.
+    """
+
+    def __init__(self, detach: Detach, submissions: list[Submission], sink: queue.SimpleQueue[LoopEvent]):
+        self._detach = detach
         self.submissions = {s.request_id: s for s in submissions}
         self.request_ids = [s.request_id for s in submissions]
         self._sink = sink
@@ -100,5 +106,5 @@ class RequestHandle:
             return
         self._cancelled = True
         for request_id in list(self._unfinished):
-            self.loop.detach(request_id, self._sink)
+            self._detach(request_id, self._sink)
         self._sink.put(LoopEvent(""))  # wakes a caller blocked in next_event

@@ -6,6 +6,7 @@ A caller waits on the future with `wait_job`; cancelling it before the loop star
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,6 +25,32 @@ class Job:
     exclusive: bool
     abort_running: bool = False
     aborted: bool = False
+
+
+class JobQueue:
+    """Jobs waiting for the loop thread: calls run between two steps; exclusive jobs run in order, each
+    once the engine is idle, and while one waits (not cancelled) no new request is admitted."""
+
+    def __init__(self) -> None:
+        self.calls: deque[Job] = deque()
+        self.exclusive: deque[Job] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.exclusive)
+
+    def add(self, job: Job) -> None:
+        (self.exclusive if job.exclusive else self.calls).append(job)
+
+    def take_calls(self) -> list[Job]:
+        calls = list(self.calls)
+        self.calls.clear()
+        return calls
+
+    def next_exclusive(self) -> Job | None:
+        """The exclusive job that holds admission now; jobs whose callers left first are dropped."""
+        while self.exclusive and self.exclusive[0].future.cancelled():
+            self.exclusive.popleft()
+        return self.exclusive[0] if self.exclusive else None
 
 
 def run_job(job: Job, engine: LLMEngine) -> None:

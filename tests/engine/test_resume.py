@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rollout import SamplingParams
-from rollout.engine.resume import PartialSample
+from rollout.outputs import PartialSample
 from tests.builders import random_prompts, tiny_llm, tiny_model
 from tests.engine.in_flight_builders import output_len, step_until
 
