@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout.boot_ids import BootIds
-from rollout.generate_call import GenerateCall, attempts, deadline_of, remaining, retryable
+from rollout.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
 from rollout.load_balance import LoadBalancer, prompt_cost
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
@@ -86,6 +86,7 @@ class RolloutClient:
         self.stubs = {a: pb_grpc.RolloutServiceStub(c) for a, c in self.channels.items()}
         self._weight_pusher: WeightPusher | None = None
         self.balancer = LoadBalancer(self.addresses)
+        self.servers = Servers(self.stubs, self.balancer, self.max_retries, self.metadata)
 
     # ---- generation ---------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ class RolloutClient:
             message.request_id = f"{prefix}-{i}"
         deadline = deadline_of(self.timeout if timeout is None else timeout)
         costs = [prompt_cost(_prompt_size(m), params.n, params.max_tokens) for m in messages]
-        call = GenerateCall(self, convert.params_to_proto(params), params, prefix, deadline)
+        call = GenerateCall(self.servers, convert.params_to_proto(params), params, prefix, deadline)
         return call.run(messages, costs)
 
     def _generate_per_prompt(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -24,7 +25,18 @@ from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from rollout.client import RolloutClient
+    from rollout.load_balance import LoadBalancer
+
+
+@dataclass(frozen=True)
+class Servers:
+    """What a generate call uses of its client: a stub per address, the shared balancer, the retry
+    budget and the call metadata (the client owns them; every call of that client shares them)."""
+
+    stubs: Mapping[str, pb_grpc.RolloutServiceStub]
+    balancer: LoadBalancer
+    max_retries: int
+    metadata: tuple[tuple[str, str], ...]
 
 
 class GenerateCall:
@@ -32,13 +44,13 @@ class GenerateCall:
 
     def __init__(
         self,
-        client: RolloutClient,
+        servers: Servers,
         params_pb: pb.SamplingParams,
         params: SamplingParams,
         prefix: str,
         deadline: float | None,
     ):
-        self.client, self.params_pb, self.params = client, params_pb, params
+        self.servers, self.params_pb, self.params = servers, params_pb, params
         self.prefix, self.deadline = prefix, deadline
         self._streams: list[grpc.Call] = []
         self._lock = threading.Lock()
@@ -63,7 +75,7 @@ class GenerateCall:
         return [results[i] for i in range(len(messages))]
 
     def _assign(self, indices: list[int], costs: list[int]) -> dict[str, list[int]]:
-        shards = self.client.balancer.assign([costs[i] for i in indices])
+        shards = self.servers.balancer.assign([costs[i] for i in indices])
         return {address: [indices[k] for k in ks] for address, ks in shards.items()}
 
     def _run_shards(
@@ -89,24 +101,24 @@ class GenerateCall:
         try:
             return self._shard(address, indices, messages)
         finally:
-            self.client.balancer.release(address, sum(costs[i] for i in indices))
+            self.servers.balancer.release(address, sum(costs[i] for i in indices))
 
     def _server_died(self, address: str, exc: BaseException) -> bool:
         """A server still UNAVAILABLE after the retries, while others live, is given up on (by every
         call of the client: one that finds it given up by another call re-routes as well)."""
         if not (isinstance(exc, grpc.RpcError) and retryable(exc)) or self._failed:
             return False
-        return self.client.balancer.give_up(address, f"{exc.code().name}: {exc.details()}")
+        return self.servers.balancer.give_up(address, f"{exc.code().name}: {exc.details()}")
 
     def _shard(self, address: str, indices: list[int], messages: list[pb.Prompt]) -> dict[int, RequestOutput]:
-        stub = self.client.stubs[address]
+        stub = self.servers.stubs[address]
         shard_id = f"{self.prefix}@{address}"
         request = pb.GenerateRequest(
             request_id=shard_id, prompts=[messages[i] for i in indices], params=self.params_pb
         )
         samples: dict[int, dict[int, CompletionOutput]] = {i: {} for i in range(len(indices))}
         prompt_ids: dict[int, list[int]] = {}
-        for attempt in attempts(self.client.max_retries, self.deadline):
+        for attempt in attempts(self.servers.max_retries, self.deadline):
             try:
                 for response in self._stream(stub, request):
                     self._record(response, samples, prompt_ids)
@@ -116,7 +128,7 @@ class GenerateCall:
                     self._failed
                     or not retryable(exc)
                     or attempt.last
-                    or self.client.balancer.is_dead(address)
+                    or self.servers.balancer.is_dead(address)
                 ):
                     raise  # a server another call gave up on is not waited for: the prompts re-route
         return {indices[k]: self._output(messages[indices[k]], prompt_ids, k, s) for k, s in samples.items()}
@@ -124,7 +136,7 @@ class GenerateCall:
     def _stream(
         self, stub: pb_grpc.RolloutServiceStub, request: pb.GenerateRequest
     ) -> Iterator[pb.GenerateResponse]:
-        call = stub.Generate(request, timeout=remaining(self.deadline), metadata=self.client.metadata)
+        call = stub.Generate(request, timeout=remaining(self.deadline), metadata=self.servers.metadata)
         with self._lock:
             if self._failed:
                 call.cancel()
