@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 from rollout.config import EngineConfig
-from rollout.engine import model_loader
 from rollout.engine.llm_engine import LLMEngine
+from rollout.engine.model import model_loader
 
 
 def load_engine(

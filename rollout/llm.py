@@ -19,14 +19,14 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine.direct_write_watch import DirectWriteWatch
 from rollout.engine.llm_engine import LLMEngine
-from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
+from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
 from rollout.outputs import RequestOutput
+from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
+from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.resumption import aborted_samples, merge_resumed, single_sample
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
-from rollout.server.chat_messages import conversation_json, is_conversation, tools_json
-from rollout.server.prompts import text_char_limit, tokenize_chat, tokenize_text
 
 Prompt = str | list[int]
 Params = SamplingParams | Sequence[SamplingParams] | None
@@ -54,7 +54,7 @@ class LLM:
 
             model = default_model_path()
         if isinstance(model, PreTrainedModel):
-            from rollout.engine.model_loader import resolve_tokenizer
+            from rollout.engine.model.model_loader import resolve_tokenizer
 
             self.engine = LLMEngine(model, resolve_tokenizer(tokenizer), config)
         else:
@@ -205,7 +205,7 @@ class LLM:
         in_flight: str = "wait",
     ) -> int:
         """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
-        requests left in `self.engine` (see rollout/engine/in_flight.py)."""
+        requests left in `self.engine` (see rollout/engine/versions/in_flight.py)."""
         with self._lock:
             try:
                 return self.engine.update_weights(named_tensors, version, in_flight)

@@ -29,7 +29,7 @@ class CompletionOutput:
     weight_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_versions: list[tuple[int, int]] = field(default_factory=list)
     # Per token (with logprobs): log of the probability mass top-k/top-p/min-p kept; processed
-    # logprob + kept_log_mass = the untruncated temperature-scaled logprob (engine/truncation_mass.py).
+    # logprob + kept_log_mass = the untruncated temperature-scaled logprob (engine/sample/truncation_mass.py).
     kept_log_mass: list[float] | None = None
     # Per token with SamplingParams(return_kept_tokens=True): the ids the filters kept, ascending.
     kept_token_ids: list[list[int]] | None = None

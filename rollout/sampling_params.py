@@ -38,9 +38,11 @@ class SamplingParams:
     logprobs: int | None = None
     logprobs_mode: str = "processed"
     # Versions a sample's KV may fall behind the weights before its update's in-flight policy
-    # applies to it (None: the server's default; rollout/engine/in_flight.py).
+    # applies to it (None: the server's default; rollout/engine/versions/in_flight.py).
     max_staleness: int | None = None
-    return_kept_tokens: bool = False  # per token, the ids top-k/top-p/min-p kept (engine/truncation_mass.py)
+    return_kept_tokens: bool = (
+        False  # per token, the ids top-k/top-p/min-p kept (engine/sample/truncation_mass.py)
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

@@ -1,4 +1,4 @@
-"""Regenerates the gRPC stubs in rollout/server/generated/ from every .proto in proto/rollout/v1/.
+"""Regenerates the gRPC stubs in rollout/protocol/generated/ from every .proto in proto/rollout/v1/.
 
 protoc writes absolute imports (`from rollout.v1 import rollout_pb2`) that follow the proto path;
 the stubs live in a flat package instead, so the one post-step below rewrites those lines to
@@ -22,7 +22,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 PROTO_PACKAGE = Path("rollout") / "v1"
-DEFAULT_OUT = ROOT / "rollout" / "server" / "generated"
+DEFAULT_OUT = ROOT / "rollout" / "protocol" / "generated"
 _ABSOLUTE_IMPORT = re.compile(r"^from rollout\.v1 import ", flags=re.MULTILINE)
 _INIT = '"""Generated gRPC stubs (scripts/gen_proto.py); never edit by hand."""\n'
 

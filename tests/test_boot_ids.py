@@ -1,4 +1,4 @@
-"""A client notices a server restarted on the same address from any call's response (rollout/boot_ids.py)."""
+"""A client notices a server restarted on the same address from any call's response (rollout/client/boot_ids.py)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def test_weights_written_into_the_model_directly_never_reuse_stale_prefix_blocks
     with torch.no_grad():
         for name, param in llm.engine.model.named_parameters():
             param.copy_(new_weights[name])
-    with caplog.at_level(logging.WARNING, logger="rollout.engine.direct_write_watch"):
+    with caplog.at_level(logging.WARNING, logger="rollout.engine.versions.direct_write_watch"):
         (after,) = llm.generate(prompt, GREEDY)
     (fresh,) = tiny_llm(seed=1).generate(prompt, GREEDY)
     assert after.outputs[0].token_ids == fresh.outputs[0].token_ids

@@ -9,7 +9,7 @@ import pytest
 
 from rollout import SamplingParams
 from rollout.client import RolloutClient
-from rollout.load_balance import LoadBalancer, NoLiveServerError, prompt_cost
+from rollout.client.load_balance import LoadBalancer, NoLiveServerError, prompt_cost
 from tests.builders import random_prompts, tiny_llm
 from tests.server.server_builders import make_engine, serving, slow_steps, wait_for
 

@@ -232,7 +232,7 @@ def _backend(args: argparse.Namespace) -> tuple[Backend, Callable[[], None]]:
 
 def local_backend(llm: Any) -> Backend:
     """LLM.generate, with chat messages rendered through the tokenizer's chat template first."""
-    from rollout.server.prompts import tokenize_chat, tokenize_text
+    from rollout.protocol.prompts import tokenize_chat, tokenize_text
 
     def generate(prompts: list[Any], params: SamplingParams) -> list[RequestOutput]:
         max_chars = llm.max_prompt_chars if llm.tokenizer is not None else None

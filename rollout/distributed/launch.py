@@ -25,7 +25,7 @@ from rollout.distributed.group import TPGroup, host_store, join
 from rollout.distributed.sharding import check_tensor_parallel, load_shard
 from rollout.distributed.step_broadcast import DriverRunner, serve_steps
 from rollout.engine.llm_engine import LLMEngine
-from rollout.engine.model_loader import TokenizerArg, resolve_tokenizer
+from rollout.engine.model.model_loader import TokenizerArg, resolve_tokenizer
 from rollout.engine.runner import RunnerFactory, single_device
 from rollout.gc_heap import freeze_startup_heap
 

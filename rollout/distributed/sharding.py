@@ -16,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DistributedConfig, PreTrainedModel
 
 from rollout.config import EngineConfig
-from rollout.engine.model_loader import resolve_device, resolve_dtype
+from rollout.engine.model.model_loader import resolve_device, resolve_dtype
 
 
 def check_tensor_parallel(path: str | os.PathLike, config: EngineConfig) -> torch.device:

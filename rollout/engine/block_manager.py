@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.request import Sequence
-from rollout.engine.state_pool import StatePool
 
 
 @dataclass(slots=True)

@@ -19,10 +19,10 @@ from transformers import PreTrainedModel
 
 from rollout.config import EngineConfig
 from rollout.engine.decode_buffers import DecodeBuffers
-from rollout.engine.derived_positions import derives_positions, position_inputs
+from rollout.engine.model.derived_positions import derives_positions, position_inputs
 from rollout.engine.scheduler import SchedulerOutput
+from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
-from rollout.ops.hf_attention import ForwardContext, forward_context
 
 logger = logging.getLogger(__name__)
 

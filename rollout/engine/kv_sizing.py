@@ -11,8 +11,8 @@ import torch
 from transformers import PreTrainedModel
 
 from rollout.config import EngineConfig
-from rollout.engine import model_loader
 from rollout.engine.kv_cache import KVCacheSpec
+from rollout.engine.model import model_loader
 
 CPU_KV_CACHE_GB = 1.0
 

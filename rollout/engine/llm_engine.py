@@ -13,20 +13,21 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine import checked_update, kv_sizing, model_guard, model_loader, self_check
+from rollout.engine import kv_sizing
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
-from rollout.engine.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
-from rollout.engine.model_loader import ModelInfo
+from rollout.engine.hybrid.recurrent_layers import hybrid_state_pool
+from rollout.engine.model import checked_update, model_guard, model_loader, self_check
+from rollout.engine.model.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
-from rollout.engine.provenance import extend_spans, oldest_version
-from rollout.engine.recurrent_layers import hybrid_state_pool
 from rollout.engine.request import Request, Sequence
-from rollout.engine.resume import check_partial, resume_into
 from rollout.engine.runner import Runner, RunnerFactory, single_device
-from rollout.engine.sampler import Sampler, SampleRow
+from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
+from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
+from rollout.engine.versions.provenance import extend_spans, oldest_version
+from rollout.engine.versions.resume import check_partial, resume_into
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -141,7 +142,7 @@ class LLMEngine:
         prompt: str | None = None,
         resume: PartialSample | None = None,
     ) -> None:
-        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/resume.py)."""
+        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/versions/resume.py)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
@@ -319,7 +320,7 @@ class LLMEngine:
         """Writes the tensors in place, atomically (all validated first), then commits a new version.
 
         Call it between two `step()`s. `in_flight` says what happens to unfinished requests
-        (rollout/engine/in_flight.py); "wait" refuses while there are any.
+        (rollout/engine/versions/in_flight.py); "wait" refuses while there are any.
         """
         policy = InFlightPolicy(in_flight, self.config.max_staleness)
         if policy.needs_idle and self.has_unfinished_requests():

@@ -11,14 +11,14 @@ from transformers import PreTrainedModel
 
 from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets
 from rollout.engine.decode_buffers import DecodeBuffers
-from rollout.engine.derived_positions import derives_positions, position_inputs
+from rollout.engine.hybrid.recurrent_layers import segments, step_segments
+from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.input_batch import ModelInputs, prepare_inputs
 from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
-from rollout.engine.recurrent_layers import segments, step_segments
+from rollout.engine.model.derived_positions import derives_positions, position_inputs
 from rollout.engine.scheduler import SchedulerOutput
-from rollout.engine.state_pool import StatePool
+from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
-from rollout.ops.hf_attention import ForwardContext, forward_context
 from rollout.weights.manifest import NamedTensors
 from rollout.weights.updater import apply_named_tensors
 

@@ -64,7 +64,7 @@ class Sequence:
     kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
     kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
     finish_reason: str | None = None
-    # Provenance (rollout/engine/provenance.py): spans of (output token index, weight version) for
+    # Provenance (rollout/engine/versions/provenance.py): spans of (output token index, weight version) for
     # the weights that sampled each token and the oldest KV each token attended to, and the oldest
     # weight version among this sequence's computed KV (None while it has none).
     weight_versions: list[tuple[int, int]] = field(default_factory=list)

@@ -6,7 +6,7 @@ Ray's scheduler places servers where the devices are, on one node or across many
 until every server announced its address and answers health checks; `client()` is a plain
 `RolloutClient` over those addresses: prompt groups spread by load, a weight push reaches every
 server in one call, a server that dies is reported (`client.dead_servers`) and its prompts finish
-on the others (rollout/load_balance.py). `shutdown()` stops the servers and their actors.
+on the others (rollout/client/load_balance.py). `shutdown()` stops the servers and their actors.
 """
 
 from __future__ import annotations

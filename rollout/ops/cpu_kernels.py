@@ -3,8 +3,8 @@
 Two hot spots of a CPU decode step are memory traffic that torch ops cannot avoid: attention over a
 paged cache (gather every sequence's blocks into a dense copy, then read it again) and the sampling
 noise (ten passes over [rows, vocab] int64 temporaries). The kernels do each in one pass
-(cpu_paged_decode.py, engine/sampling_noise.py), and the sampler's race takes logs only of the tokens
-that can win (engine/exponential_race.py); RMSNorm, the gated MLP's activation and the KV write run
+(cpu_paged_decode.py, engine/sample/sampling_noise.py), and the sampler's race takes logs only of the tokens
+that can win (engine/sample/exponential_race.py); RMSNorm, the gated MLP's activation and the KV write run
 fused (fused_modules.py, paged_attention_sdpa.py). A C++ compiler is needed at first use (kernel_build.py:
 one build per sources' digest, shared by every install). Without a compiler, or with
 ROLLOUT_CPU_KERNELS=0, the torch paths serve, slower: the same tokens (the noise is the same bits) and

@@ -16,10 +16,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.boot_id import BootIdInterceptor, new_boot_id
 from rollout.server.decode_errors import DecodeErrorInterceptor
 from rollout.server.engine_loop import EngineLoop
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.metrics import Metrics
 from rollout.server.open_calls import OpenCallLimit
 from rollout.server.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, add_reflection

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-BOOT_ID_KEY = "rollout-boot-id"
+from rollout.protocol.metadata import BOOT_ID_KEY
 
 
 def new_boot_id() -> str:

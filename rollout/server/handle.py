@@ -35,7 +35,7 @@ class Submission:
     prompt_token_ids: list[int]
     params: SamplingParams
     prompt: str | None = None
-    resume: PartialSample | None = None  # continue this partial sample (rollout/engine/resume.py)
+    resume: PartialSample | None = None  # continue this partial sample (rollout/engine/versions/resume.py)
     caller: str = ""
 
 

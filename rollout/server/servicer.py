@@ -13,12 +13,19 @@ import grpc
 
 import rollout
 from rollout.outputs import CompletionOutput
-from rollout.server import convert
-from rollout.server.chat_messages import conversation_from_proto
+from rollout.protocol import convert
+from rollout.protocol.chat_messages import conversation_from_proto
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.prompts import (
+    NoChatTemplateError,
+    detokenize,
+    text_char_limit,
+    tokenize_chat,
+    tokenize_text,
+)
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
 from rollout.server.loop_errors import (
     EngineStepError,
@@ -27,13 +34,6 @@ from rollout.server.loop_errors import (
     RequestConflictError,
 )
 from rollout.server.metrics import Metrics
-from rollout.server.prompts import (
-    NoChatTemplateError,
-    detokenize,
-    text_char_limit,
-    tokenize_chat,
-    tokenize_text,
-)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 CALLER_METADATA_KEY = "rollout-caller"

@@ -17,12 +17,12 @@ from typing import Any, Protocol
 import grpc
 import torch
 
+from rollout.protocol.generated import weights_pb2
+from rollout.protocol.weights_wire import in_flight_policy, requested_version
 from rollout.server.deadlines import deadline_seconds
-from rollout.server.generated import weights_pb2
 from rollout.server.loop_jobs import wait_job
 from rollout.weights.ledger import UpdateLedger, equals_model
 from rollout.weights.updater import check_next_version
-from rollout.weights.wire import in_flight_policy, requested_version
 
 
 class CallerGoneError(Exception):
@@ -53,7 +53,7 @@ class UpdateRequest:
 
     @property
     def in_flight(self) -> str:
-        """The in-flight policy (rollout/engine/in_flight.py); ValueError naming the field if invalid."""
+        """The in-flight policy (rollout/engine/versions/in_flight.py); ValueError naming the field if invalid."""
         return in_flight_policy(self.options)
 
 

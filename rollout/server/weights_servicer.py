@@ -20,7 +20,12 @@ import grpc
 import torch
 import torch.distributed as dist
 
-from rollout.server.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.weights_wire import (
+    DEFAULT_GROUP_TIMEOUT_S,
+    GROUP_BACKENDS,
+    manifest_from_proto,
+)
 from rollout.server.idle_stream import IdleTimeoutStream
 from rollout.server.update_commit import (
     CallerGoneError,
@@ -36,11 +41,6 @@ from rollout.weights.group import GroupSpec, WeightGroup
 from rollout.weights.ledger import UpdateLedger
 from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets, validate_manifest
 from rollout.weights.updater import StagedWeights
-from rollout.weights.wire import (
-    DEFAULT_GROUP_TIMEOUT_S,
-    GROUP_BACKENDS,
-    manifest_from_proto,
-)
 
 SERVICE_NAME = weights_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 

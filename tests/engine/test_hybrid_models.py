@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine.state_pool import StatePool
+from rollout.engine.hybrid.state_pool import StatePool
 from tests.builders import random_prompts
 from tests.engine.in_flight_builders import keep_reference
 from tests.models.zoo import HYBRID, Family, build

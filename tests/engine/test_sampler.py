@@ -14,8 +14,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rollout import SamplingParams
-from rollout.engine import sampler as sampler_module
-from rollout.engine.sampler import Sampler, SampleRow
+from rollout.engine.sample import sampler as sampler_module
+from rollout.engine.sample.sampler import Sampler, SampleRow
 from tests.engine.op_recorder import OpRecorder
 
 VOCAB = 1000

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rollout.engine.sampling_noise import (
+from rollout.engine.sample.sampling_noise import (
     log_exponential_noise,
     mix64,
     row_state,

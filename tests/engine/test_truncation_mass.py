@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rollout import SamplingParams
-from rollout.engine.sampler import Sampler, SampleRow
+from rollout.engine.sample.sampler import Sampler, SampleRow
 from tests.builders import tiny_llm
 
 VOCAB = 300

@@ -11,9 +11,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine import model_guard, self_check
-from rollout.engine.model_guard import UnsupportedModelError
-from rollout.engine.self_check import check_runner, run_self_check
+from rollout.engine.model import model_guard, self_check
+from rollout.engine.model.model_guard import UnsupportedModelError
+from rollout.engine.model.self_check import check_runner, run_self_check
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_backend import AttentionBackend
 from tests.models.zoo import REFUSED, SUPPORTED, Family, build

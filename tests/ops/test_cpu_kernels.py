@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from rollout.engine.sampling_noise import row_state, sample_key, stream_bits, uniforms
+from rollout.engine.sample.sampling_noise import row_state, sample_key, stream_bits, uniforms
 from rollout.ops import cpu_kernels
 from rollout.ops import paged_attention_ref as ref
 from rollout.ops.cpu_kernels import load_cpu_kernels

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rollout.engine import exponential_race as race_module
-from rollout.engine.exponential_race import exponential_race, race_kernels, torch_scores
-from rollout.engine.sampling_noise import row_state, sample_key, state_tensor
+from rollout.engine.sample import exponential_race as race_module
+from rollout.engine.sample.exponential_race import exponential_race, race_kernels, torch_scores
+from rollout.engine.sample.sampling_noise import row_state, sample_key, state_tensor
 from rollout.ops.workspace import Workspace
 
 

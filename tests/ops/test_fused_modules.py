@@ -12,7 +12,8 @@ from transformers import GemmaConfig, GemmaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.ops import fused_attention, fused_modules, hf_attention
+from rollout.hf import attention as hf_attention
+from rollout.hf import fused_attention, fused_modules
 from rollout.ops import paged_attention_ref as ref
 from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.paged_attention_sdpa import cache_writer

@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from rollout.ops import fused_modules, fused_rotary, hf_attention
+from rollout.hf import attention as hf_attention
+from rollout.hf import fused_modules, fused_rotary
 from tests.builders import tiny_model
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")

@@ -10,8 +10,8 @@ import pytest
 
 from rollout import SamplingParams
 from rollout.client import RolloutClient
+from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.server.app import RolloutServer
-from rollout.server.generated import rollout_pb2 as pb
 from tests.builders import char_tokenizer
 from tests.server.server_builders import make_engine, serving, wait_for
 

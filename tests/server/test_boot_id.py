@@ -6,10 +6,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.metadata import BOOT_ID_KEY
 from rollout.sampling_params import SamplingParams
-from rollout.server.boot_id import BOOT_ID_KEY
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 from tests.server.server_builders import client_for, serving
 
 

@@ -8,9 +8,9 @@ import grpc
 import pytest
 
 from rollout import SamplingParams
-from rollout.server.chat_messages import conversation_from_proto, conversation_to_proto
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.chat_messages import conversation_from_proto, conversation_to_proto
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from tests.builders import CONVERSATION, TOOLS, tool_chat_tokenizer
 from tests.server.server_builders import client_for, make_engine, serving
 

@@ -18,7 +18,7 @@ def _gen_proto():
 def test_generated_stubs_match_the_protos_byte_for_byte(tmp_path: Path) -> None:
     fresh = {p.name: p.read_bytes() for p in _gen_proto().generate(tmp_path)}
     checked_in = {
-        p.name: p.read_bytes() for p in (ROOT / "rollout" / "server" / "generated").iterdir() if p.is_file()
+        p.name: p.read_bytes() for p in (ROOT / "rollout" / "protocol" / "generated").iterdir() if p.is_file()
     }
     assert sorted(fresh) == sorted(checked_in)
     stale = [name for name, data in fresh.items() if checked_in[name] != data]
@@ -26,5 +26,5 @@ def test_generated_stubs_match_the_protos_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_generated_stubs_use_package_relative_imports() -> None:
-    for path in (ROOT / "rollout" / "server" / "generated").glob("*.py"):
+    for path in (ROOT / "rollout" / "protocol" / "generated").glob("*.py"):
         assert "from rollout.v1 import" not in path.read_text(), path.name

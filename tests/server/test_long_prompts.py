@@ -10,9 +10,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from rollout import SamplingParams
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
-from rollout.server.prompts import max_token_chars, text_char_limit
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.prompts import max_token_chars, text_char_limit
 from tests.builders import char_tokenizer
 from tests.server.server_builders import client_for, make_engine, serving
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.server.app import DEFAULT_MAX_GENERATE_CALLS
-from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.servicer import SERVICE_NAME
 from tests.server.server_builders import client_for, make_engine, serving, slow_steps, wait_for
 

@@ -11,8 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from tests.server.server_builders import make_engine, serving
 
 

@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout import SamplingParams
+from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.server.engine_loop import EngineLoop
-from rollout.server.generated import rollout_pb2 as pb
 from rollout.server.metrics import Metrics, serve_metrics_http
 from rollout.server.servicer import RolloutServicer
 from tests.builders import random_prompts, tiny_llm

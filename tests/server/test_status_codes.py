@@ -4,7 +4,7 @@ import grpc
 import pytest
 
 from rollout import SamplingParams
-from rollout.server.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2 as pb
 from tests.server.server_builders import client_for, serving
 from tests.weights.server_builders import weight_server
 

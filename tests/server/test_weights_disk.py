@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.weights.client_push import WeightSyncError
+from rollout.client.weight_push import WeightSyncError
 from tests.builders import tiny_model
 from tests.server.server_builders import client_for
 from tests.weights.server_builders import greedy_tokens, reference_tokens, weight_server

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from rollout.client import RolloutClient
-from rollout.weights.client_push import WeightSyncError
+from rollout.client.weight_push import WeightSyncError
 from tests.builders import tiny_model
 from tests.weights.server_builders import greedy_tokens, reference_tokens
 

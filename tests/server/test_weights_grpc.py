@@ -6,10 +6,10 @@ import grpc
 import pytest
 import torch
 
-from rollout.server.generated import weights_pb2, weights_pb2_grpc
-from rollout.weights.client_push import WeightSyncError, stream_requests
+from rollout.client.weight_push import WeightSyncError, stream_requests
+from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.weights_wire import commit_options, manifest_to_proto
 from rollout.weights.manifest import Manifest, unique_named_tensors
-from rollout.weights.wire import commit_options, manifest_to_proto
 from tests.builders import tiny_model
 from tests.server.server_builders import client_for
 from tests.weights.server_builders import GREEDY, PROMPTS, greedy_tokens, reference_tokens, weight_server

@@ -5,11 +5,11 @@ import time
 import grpc
 import pytest
 
-from rollout.server.generated import weights_pb2, weights_pb2_grpc
-from rollout.weights.client_push import stream_requests
+from rollout.client.weight_push import stream_requests
+from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.weights_wire import commit_options, manifest_to_proto
 from rollout.weights.group import host_store
 from rollout.weights.manifest import Manifest, unique_named_tensors
-from rollout.weights.wire import commit_options, manifest_to_proto
 from tests.builders import tiny_model
 from tests.server.server_builders import client_for
 from tests.server.test_weights_grpc import start_stalled_stream

@@ -29,7 +29,7 @@ PUSHER = textwrap.dedent(
                 threading.Event().wait()
             yield chunk
 
-    import rollout.weights.client_push as push
+    import rollout.client.weight_push as push
     push.iter_byte_chunks = stalling_chunks
     RolloutClient(sys.argv[1]).update_weights(tiny_model(seed=1), transport="grpc", chunk_bytes=4096)
     """

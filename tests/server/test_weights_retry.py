@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rollout import SamplingParams
-from rollout.weights.client_push import WeightSyncError
+from rollout.client.weight_push import WeightSyncError
 from tests.builders import tiny_model
 from tests.server.server_builders import client_for, slow_steps, wait_for
 from tests.weights.server_builders import PROMPTS, greedy_tokens, reference_tokens, weight_server

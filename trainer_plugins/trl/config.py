@@ -34,7 +34,7 @@ class RolloutConfig:
     log of the probability mass top-k/top-p/min-p kept (the untruncated temperature-scaled logprob
     its importance-sampling correction recomputes); False hands it the renormalised one.
     `in_flight`: what the servers do with requests still generating when a push commits ("wait",
-    "abort", "keep", "recompute": rollout/engine/in_flight.py). Only the async mode has any.
+    "abort", "keep", "recompute": rollout/engine/versions/in_flight.py). Only the async mode has any.
     `async_generation`: generate round t+1 on the servers while the trainer trains on round t
     (async_rounds.py); TRL's importance-sampling correction then corrects the lag with the servers'
     per-token behaviour logprobs. `max_lag`: how many pushes a trained round's oldest token may be

@@ -19,8 +19,8 @@ from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from rollout.client import RolloutClient
+from rollout.client.weight_push import WeightSyncError
 from rollout.sampling_params import SamplingParams
-from rollout.weights.client_push import WeightSyncError
 
 from . import parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds

@@ -2,7 +2,7 @@
 
 A restarted server has lost the trainer's weights and may host another model or config; the next
 push reaches it first, so weight versions alone cannot tell. Every response names the server process
-that sent it (its boot id, rollout/boot_ids.py): `RestartWatch` keeps each server's restart count as
+that sent it (its boot id, rollout/client/boot_ids.py): `RestartWatch` keeps each server's restart count as
 of the trainer's last checks, and any call that met a new process shows as a difference. `gone` tells
 a server that stopped answering (restarting, or down) from one that refused something.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 
 from rollout.client import RolloutClient
-from rollout.generate_call import retryable
-from rollout.load_balance import NoLiveServerError
+from rollout.client.generate_call import retryable
+from rollout.client.load_balance import NoLiveServerError
 
 from . import server_checks
 from .config import RolloutConfig

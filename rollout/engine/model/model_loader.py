@@ -10,9 +10,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine.model_guard import check_stateful_layers
-from rollout.engine.recurrent_layers import attention_layer_indices
-from rollout.ops import fused_modules, hf_attention
+from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
+from rollout.engine.model.model_guard import check_stateful_layers
+from rollout.hf import attention as hf_attention
+from rollout.hf import fused_modules
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -90,7 +91,7 @@ def resolve_tokenizer(
 
 def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:
     """Puts an in-memory model on the configured device/dtype, switches it to paged attention and, on
-    the CPU, to the fused modules (ops/fused_modules.py) inside the engine."""
+    the CPU, to the fused modules (hf/fused_modules.py) inside the engine."""
     shards = getattr(model, "_tp_size", None) or 1
     if shards != config.tensor_parallel_size:
         raise ValueError(

@@ -20,10 +20,10 @@ from math import inf
 
 import torch
 
-from rollout.engine.exponential_race import exponential_race
 from rollout.engine.host_to_device import to_device
-from rollout.engine.sampling_noise import row_state, sample_key
-from rollout.engine.truncation_mass import kept_log_masses, kept_token_ids
+from rollout.engine.sample.exponential_race import exponential_race
+from rollout.engine.sample.sampling_noise import row_state, sample_key
+from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
 

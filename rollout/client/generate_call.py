@@ -1,6 +1,6 @@
 """One `RolloutClient.generate` call over several servers: streams, retries, failover.
 
-A call deals its prompt groups to the servers by load (load_balance.py), runs one Generate stream per
+A call deals its prompt groups to the servers by load (client/load_balance.py), runs one Generate stream per
 server concurrently, retries a stream answered UNAVAILABLE (server starting, paused or draining),
 and, when a server stays unreachable while others live, gives it up and sends its unfinished prompts
 to the live ones. Any other failure cancels the call's other streams and is raised.
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.protocol import convert
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.sampling_params import SamplingParams
-from rollout.server import convert
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from rollout.load_balance import LoadBalancer
+    from rollout.client.load_balance import LoadBalancer
 
 
 @dataclass(frozen=True)

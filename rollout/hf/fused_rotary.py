@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from rollout.ops.fused_checks import engaged, reproduced
+from rollout.hf.fused_checks import engaged, reproduced
 
 _FIRST_ROWS = 1024  # the table's first size; it doubles past the largest position seen
 _PROBE_POSITIONS = (0, 1, 17, 1023, 1024, 3001)  # across a growth of the table

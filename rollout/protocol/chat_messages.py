@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.server.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2 as pb
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]

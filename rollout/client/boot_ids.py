@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from rollout.server.boot_id import BOOT_ID_KEY
+from rollout.protocol.metadata import BOOT_ID_KEY
 
 logger = logging.getLogger(__name__)
 

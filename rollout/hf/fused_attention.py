@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 import torch
 
-from rollout.ops import hf_attention
+from rollout.hf import attention as hf_attention
+from rollout.hf.fused_checks import engaged, reproduced
 from rollout.ops.attention_metadata import AttentionMetadata
 from rollout.ops.backends import get_backend
 from rollout.ops.cpu_kernels import load_cpu_kernels
-from rollout.ops.fused_checks import engaged, reproduced
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _QK_NORMS = ("q_norm", "k_norm")

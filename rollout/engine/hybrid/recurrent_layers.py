@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from rollout.engine.stacked_states import StackedStates
-from rollout.engine.state_pool import StatePool
+from rollout.engine.hybrid.stacked_states import StackedStates
+from rollout.engine.hybrid.state_pool import StatePool
 
 # transformers' recurrent mixers that keep their state through the cache API (get/update conv and
 # recurrent states), called as forward(hidden_states, <cache>, attention_mask, **kwargs).

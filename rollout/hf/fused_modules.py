@@ -19,9 +19,9 @@ from types import MethodType
 
 import torch
 
-from rollout.ops import fused_attention, fused_rotary
+from rollout.hf import fused_attention, fused_rotary
+from rollout.hf.fused_checks import engaged, reproduced
 from rollout.ops.cpu_kernels import load_cpu_kernels
-from rollout.ops.fused_checks import engaged, reproduced
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from types import ModuleType
 
 import torch
 
-from rollout.engine.sampling_noise import log_exponential_noise, state_tensor
+from rollout.engine.sample.sampling_noise import log_exponential_noise, state_tensor
 from rollout.ops.cpu_kernels import load_cpu_kernels
 from rollout.ops.workspace import Workspace
 

@@ -6,7 +6,7 @@ and the commit options the same way.
 
 from __future__ import annotations
 
-from rollout.server.generated import weights_pb2
+from rollout.protocol.generated import weights_pb2
 from rollout.weights.manifest import Manifest, TensorSpec
 
 GROUP_BACKENDS = {

@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from rollout.engine.hybrid.recurrent_layers import attention_layer_indices, is_within_supported
 from rollout.engine.kv_cache import KVCacheSpec, LayerKV
-from rollout.engine.recurrent_layers import attention_layer_indices, is_within_supported
-from rollout.ops import hf_attention
+from rollout.hf import attention as hf_attention
+from rollout.hf.attention import AttentionCall
 from rollout.ops.attention_backend import AttentionBackend
-from rollout.ops.hf_attention import AttentionCall
 
 # Attention keyword arguments the engine implements, and those that carry no attention semantics.
 IMPLEMENTED_KWARGS = frozenset({"sliding_window", "softcap", "s_aux"})

@@ -7,11 +7,10 @@ computed once (reusing cached blocks of the current version) before sampling goe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from rollout.engine.provenance import check_spans
-from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
+from rollout.engine.versions.provenance import check_spans
+from rollout.outputs import PartialSample
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -97,38 +96,3 @@ def resume_into(seq: Sequence, partial: PartialSample) -> None:
         check_spans("weight_versions", partial.weight_versions, len(partial.token_ids))
     )
     seq.kv_versions.extend(check_spans("kv_versions", partial.kv_versions, len(partial.token_ids)))
-
-
-@dataclass(frozen=True, slots=True)
-class Resumption:
-    """One aborted sample to continue: where it sits in the caller's outputs, its prompt, its partial."""
-
-    output_index: int
-    prompt_token_ids: list[int]
-    partial: PartialSample
-
-
-def aborted_samples(outputs: list[RequestOutput]) -> list[Resumption]:
-    """Every sample of `outputs` that finished with "abort", in order."""
-    return [
-        Resumption(i, list(out.prompt_token_ids), PartialSample.of(sample))
-        for i, out in enumerate(outputs)
-        for sample in out.outputs
-        if sample.finish_reason == "abort"
-    ]
-
-
-def single_sample(params: SamplingParams) -> SamplingParams:
-    """The params of one resumed sample: the request's, with n = 1."""
-    return replace(params, n=1)
-
-
-def merge_resumed(
-    outputs: list[RequestOutput], todo: list[Resumption], resumed: list[CompletionOutput]
-) -> list[RequestOutput]:
-    """`outputs` with each resumed sample in place of its partial (new objects; samples in index order)."""
-    merged = [replace(out, outputs=list(out.outputs)) for out in outputs]
-    for job, sample in zip(todo, resumed, strict=True):
-        samples = merged[job.output_index].outputs
-        samples[:] = [sample if s.index == sample.index else s for s in samples]
-    return merged

@@ -13,15 +13,15 @@ import contextlib
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from rollout.engine.derived_positions import derives_positions, position_inputs
+from rollout.engine.hybrid.recurrent_layers import Segment, recurrent_modules, segments, step_segments
 from rollout.engine.kv_cache import KVCacheSpec, LayerKV, allocate_kv_caches
-from rollout.engine.model_guard import UnsupportedModelError
+from rollout.engine.model.derived_positions import derives_positions, position_inputs
+from rollout.engine.model.model_guard import UnsupportedModelError
 from rollout.engine.model_runner import ModelRunner
-from rollout.engine.recurrent_layers import Segment, recurrent_modules, segments, step_segments
-from rollout.ops import hf_attention
+from rollout.hf import attention as hf_attention
+from rollout.hf.attention import ForwardContext
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.attention_metadata import AttentionMetadata
-from rollout.ops.hf_attention import ForwardContext
 
 # Largest logit difference accepted, relative to the largest reference logit (at least 1).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}

@@ -18,13 +18,18 @@ import grpc
 import torch
 from torch import nn
 
-from rollout.server.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.weights_wire import (
+    DEFAULT_GROUP_TIMEOUT_S,
+    backend_to_proto,
+    commit_options,
+    manifest_to_proto,
+)
 from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, pack, plan_buckets
 from rollout.weights.disk import save_checkpoint
 from rollout.weights.group import READY_OK, GroupSpec, WeightGroup, host_store
 from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
 from rollout.weights.streaming import DEFAULT_CHUNK_BYTES, iter_byte_chunks
-from rollout.weights.wire import DEFAULT_GROUP_TIMEOUT_S, backend_to_proto, commit_options, manifest_to_proto
 
 TRANSPORTS = ("grpc", "distributed", "disk")
 Metadata = Sequence[tuple[str, str]]
@@ -80,7 +85,7 @@ class WeightPusher:
         """Updates every server; returns the version now serving (the highest, if they differ).
 
         `in_flight` ("wait" | "abort" | "keep" | "recompute") is what each server does to the
-        requests generating when it commits (rollout/engine/in_flight.py). `update_id` names the
+        requests generating when it commits (rollout/engine/versions/in_flight.py). `update_id` names the
         update for retries (default: a fresh id); a server that already committed that id answers
         with the version it set then. A `WeightSyncError` carries it.
         """

@@ -16,7 +16,7 @@ import copy
 
 from transformers import DynamicCache, PretrainedConfig
 
-from rollout.engine.stacked_states import own_storage
+from rollout.engine.hybrid.stacked_states import own_storage
 
 
 class StatePool:

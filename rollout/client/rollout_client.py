@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rollout.boot_ids import BootIds
-from rollout.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
-from rollout.load_balance import LoadBalancer, prompt_cost
+from rollout.client.boot_ids import BootIds
+from rollout.client.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
+from rollout.client.load_balance import LoadBalancer, prompt_cost
 from rollout.outputs import RequestOutput
+from rollout.protocol import convert
+from rollout.protocol.chat_messages import conversation_to_proto, is_conversation, message_chars
+from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
-from rollout.server import convert
-from rollout.server.chat_messages import conversation_to_proto, is_conversation, message_chars
-from rollout.server.generated import rollout_pb2 as pb
-from rollout.server.generated import rollout_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from rollout.weights.client_push import WeightPusher
+    from rollout.client.weight_push import WeightPusher
 
 PromptInput = str | Sequence[int] | Sequence[Mapping[str, Any]]
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
@@ -133,7 +133,7 @@ class RolloutClient:
         logprobs, version spans) goes back as a one-sample request that keeps its index; `params`
         are the ones the samples started with, and `max_tokens` counts the tokens they have.
         """
-        from rollout.engine.resume import aborted_samples, merge_resumed, single_sample
+        from rollout.resumption import aborted_samples, merge_resumed, single_sample
 
         todo = aborted_samples(outputs)
         if not todo:
@@ -258,7 +258,7 @@ class RolloutClient:
         `client.weight_pusher.init_group(...)` sets the group up ahead of the first push.
         """
         if self._weight_pusher is None:
-            from rollout.weights.client_push import WeightPusher  # torch only when weights move
+            from rollout.client.weight_push import WeightPusher  # torch only when weights move
 
             self._weight_pusher = WeightPusher(self.channels, self.metadata)
         return self._weight_pusher
@@ -266,8 +266,8 @@ class RolloutClient:
     def update_weights(
         self, model_or_named_tensors: Any, transport: str = "grpc", version: int | None = None, **kwargs: Any
     ) -> int:
-        """Pushes weights to every server (see rollout.weights.client_push); returns the new version."""
-        from rollout.weights.client_push import push_weights
+        """Pushes weights to every server (see rollout.client.weight_push); returns the new version."""
+        from rollout.client.weight_push import push_weights
 
         return push_weights(self, model_or_named_tensors, transport, version, **kwargs)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
+from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.sampling_params import SamplingParams
-from rollout.server.generated import rollout_pb2 as pb
 
 _FINISH_TO_PB = {
     "stop": pb.FINISH_REASON_STOP,

@@ -10,9 +10,9 @@ means what every update error means: nothing changed, the old version still serv
 
 from __future__ import annotations
 
-from rollout.engine.model_guard import UnsupportedModelError
+from rollout.engine.model.model_guard import UnsupportedModelError
+from rollout.engine.model.self_check import check_runner
 from rollout.engine.model_runner import ModelRunner
-from rollout.engine.self_check import check_runner
 from rollout.weights.manifest import NamedTensors, WeightUpdateError
 from rollout.weights.updater import plan_writes, write
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from rollout.ops import hf_attention
+from rollout.hf import attention as hf_attention
 
 # Largest difference a probe accepts, relative to the largest output: float rounding of a reduction
 # in another order, far below anything a formula difference (a weight offset, another epsilon) gives.

@@ -1,0 +1,1 @@
+"""Model admission: loading, the load-time guard and self-check, derived positions, self-checked updates."""

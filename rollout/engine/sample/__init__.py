@@ -1,0 +1,1 @@
+"""Sampling internals: the sampler's filters and exponential race, its seeded noise, the kept mass."""

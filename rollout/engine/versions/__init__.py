@@ -1,0 +1,1 @@
+"""Weight versions in flight: update policies, per-token version spans, lossless resume."""

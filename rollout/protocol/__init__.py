@@ -1,0 +1,1 @@
+"""The wire protocol shared by client, server and weight pusher: generated stubs, conversions, prompt rendering."""

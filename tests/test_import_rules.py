@@ -1,0 +1,112 @@
+"""The layering docs/architecture.md draws, checked on every module's imports (function-level ones too).
+
+- the engine (`rollout.engine`) imports nothing above it: no launcher, server, client, CLI or `LLM`;
+- the kernels (`rollout.ops`) import no transformers and nothing of the engine, the bridge or the server;
+- only the commands (and the demo, which starts a server) import the server;
+- the protocol imports neither the server nor the client; the client imports no torch (but for the
+  weight pusher, which the client loads on its first push: `import rollout.client` stays torch-free).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ABOVE_ENGINE = (
+    "rollout.llm",
+    "rollout.engine_factory",
+    "rollout.distributed",
+    "rollout.server",
+    "rollout.client",
+    "rollout.commands",
+    "rollout.cli",
+    "rollout.demo",
+    "rollout.bench",
+    "rollout.fleet",
+    "trainer_plugins",
+)
+RULES: dict[str, tuple[str, ...]] = {
+    "rollout.engine": ABOVE_ENGINE,
+    "rollout.ops": ("transformers", "rollout.engine", "rollout.hf", "rollout.server", "rollout.client"),
+    "rollout.hf": ("rollout.engine", "rollout.server", "rollout.client", "rollout.llm"),
+    "rollout.protocol": ("rollout.server", "rollout.client", "rollout.engine", "rollout.llm"),
+    "rollout.client": ("torch", "transformers", "rollout.engine", "rollout.server", "rollout.llm"),
+    "rollout.weights": ("rollout.server", "rollout.client", "rollout.llm", "rollout.commands"),
+}
+EXEMPT = {"rollout.client.weight_push": ("torch",)}  # pushes tensors; imported lazily by the client
+SERVER_IMPORTERS = ("rollout.server", "rollout.commands", "rollout.demo", "rollout.bench", "rollout.fleet")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module a file imports, at any depth (type-only imports count: they are a dependency too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def sources() -> list[Path]:
+    return sorted(p for d in ("rollout", "trainer_plugins") for p in (ROOT / d).rglob("*.py"))
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(mod: str, names: set[str]) -> list[str]:
+    found = []
+    for name in sorted(names):
+        for package, forbidden in RULES.items():
+            if within(mod, package):
+                allowed = EXEMPT.get(mod, ())
+                found += [
+                    f"{mod} imports {name}"
+                    for f in forbidden
+                    if within(name, f) and not any(within(name, a) for a in allowed)
+                ]
+        if within(name, "rollout.server") and not any(within(mod, p) for p in SERVER_IMPORTERS):
+            found.append(f"{mod} imports {name} (only commands and the demo may import the server)")
+    return found
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_keeps_the_import_rules(path: Path) -> None:
+    assert violations(module_name(path), imported_modules(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("mod", "name"),
+    [
+        ("rollout.engine.llm_engine", "rollout.distributed.launch"),
+        ("rollout.ops.backends", "transformers"),
+        ("rollout.client.rollout_client", "torch"),
+        ("rollout.llm", "rollout.server.prompts"),
+    ],
+)
+def test_the_checker_reports_a_broken_rule(mod: str, name: str) -> None:
+    """So that a pass above means something: each rule, broken on purpose, is reported."""
+    assert violations(mod, {name}) != []
+
+
+def test_importing_the_client_loads_no_torch_transformers_or_engine() -> None:
+    """A process that only sends prompts pays for grpc and the stubs, not for the engine."""
+    code = (
+        "import sys, rollout.client; "
+        "print(sorted(m for m in ('torch', 'transformers', 'rollout.engine', 'rollout.llm') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
