@@ -33,6 +33,10 @@ class CompletionOutput:
     kept_log_mass: list[float] | None = None
     # Per token with SamplingParams(return_kept_tokens=True): the ids the filters kept, ascending.
     kept_token_ids: list[list[int]] | None = None
+    # vLLM's fields: what stopped a "stop" sample (the stop string, or the stop_token_ids entry; None
+    # for EOS or any other finish), and the sum of the returned logprobs (None without logprobs).
+    stop_reason: int | str | None = None
+    cumulative_logprob: float | None = None
 
 
 @dataclass(slots=True)

@@ -43,9 +43,18 @@ class SamplingParams:
     return_kept_tokens: bool = (
         False  # per token, the ids top-k/top-p/min-p kept (engine/sample/truncation_mass.py)
     )
+    # Text (rollout/detokenize/): strings that end a sample when its text contains one (a str or a
+    # list of them; vLLM's matching and trimming); the stop string kept in `text` or cut off; how
+    # special tokens are written; detokenize=False: no text at all (faster; no stop strings then).
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    detokenize: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "stop", _stop_strings(self.stop))
         if type(self.top_k) is int and self.top_k == -1:  # vLLM's spelling of "off"
             object.__setattr__(self, "top_k", 0)
         _check_int("n", self.n, minimum=1)
@@ -73,6 +82,16 @@ class SamplingParams:
             _check_int("max_staleness", self.max_staleness, minimum=0)
         if not isinstance(self.return_kept_tokens, bool):
             raise ValueError(f"return_kept_tokens must be a bool, got {self.return_kept_tokens!r}")
+        for name in (
+            "include_stop_str_in_output",
+            "skip_special_tokens",
+            "spaces_between_special_tokens",
+            "detokenize",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.stop and not self.detokenize:
+            raise ValueError("stop: stop strings are matched on the text, so they need detokenize=True")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
 
@@ -86,6 +105,19 @@ def params_or_sampling_params(params: Any, sampling_params: Any) -> Any:
     if params is not None and sampling_params is not None:
         raise ValueError("sampling_params: give params or sampling_params (vLLM's name), not both")
     return sampling_params if params is None else params
+
+
+def _stop_strings(stop: object) -> tuple[str, ...]:
+    """vLLM's `stop`: one string or a list of them; an empty string would match everywhere, so it is refused."""
+    values = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"stop must be a string or a list of strings, got {stop!r}")
+    for value in values:
+        if not isinstance(value, str):
+            raise ValueError(f"stop must hold strings, got {value!r}")
+        if not value:
+            raise ValueError("stop: an empty stop string would match before any text; remove it")
+    return tuple(values)
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

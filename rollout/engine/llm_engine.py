@@ -13,9 +13,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
+from rollout.detokenize.finish_text import finish_text
+from rollout.detokenize.sample_text import SampleText
+from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.engine import kv_sizing
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
+from rollout.engine.early_finish import truncate_outputs
 from rollout.engine.host_to_device import to_device
 from rollout.engine.hybrid.recurrent_layers import hybrid_state_pool
 from rollout.engine.model import checked_update, model_guard, model_loader, self_check
@@ -48,6 +52,10 @@ class LLMEngine:
         self.model = model_loader.prepare_model(model, self.config)
         self.tokenizer = tokenizer
         self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
+        # Without detokenize, the new tokens of samples with stop strings, for whoever checks them
+        # (the server's detokenizer thread): (request id, sample index, token id), taken each step.
+        self.collect_stop_tokens = False
+        self._stop_tokens: list[tuple[str, int, int]] = []
         device = self.model.device
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         backend = get_backend(self.config.attention_backend, device)
@@ -127,6 +135,8 @@ class LLMEngine:
                 raise ValueError(
                     f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
                 )
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop: stop strings are matched on the text, and this model has no tokenizer")
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:
@@ -175,6 +185,29 @@ class LLMEngine:
             RequestOutput(request_id, request.prompt_token_ids, outputs, True, request.prompt)
         )
         return True
+
+    def finish_on_stop_string(
+        self, request_id: str, sample_index: int, num_output_tokens: int, stop_string: str
+    ) -> bool:
+        """Finishes a sample whose text completed `stop_string` at output token `num_output_tokens - 1`
+        (found off this thread); tokens sampled after it are dropped, its blocks freed, and it comes
+        back from the next step() with finish_reason "stop". False if it already finished."""
+        request = self.requests.get(request_id)
+        seqs = request.sequences if request is not None else []
+        seq = next((s for s in seqs if s.sample_index == sample_index and not s.is_finished), None)
+        if seq is None or seq.num_output_tokens < num_output_tokens:
+            return False
+        truncate_outputs(seq, num_output_tokens)
+        seq.stop_reason = stop_string
+        finished: dict[str, RequestOutput] = {}
+        self._finish(seq, "stop", finished)
+        self._aborted.extend(finished.values())
+        return True
+
+    def take_stop_tokens(self) -> list[tuple[str, int, int]]:
+        """The tokens `collect_stop_tokens` gathered since the last call."""
+        tokens, self._stop_tokens = self._stop_tokens, []
+        return tokens
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._aborted)
@@ -251,14 +284,35 @@ class LLMEngine:
             if out.top_logprobs[i] is not None:
                 seq.top_logprobs.append(out.top_logprobs[i])
             reason = self._finish_reason(seq)
+            if seq.request.params.stop and reason != "stop":
+                reason = self._check_stop_strings(seq, reason)
             if reason is not None:
                 self._finish(seq, reason, finished)
         return list(finished.values())
 
+    def _check_stop_strings(self, seq: Sequence, reason: str | None) -> str | None:
+        """Offline, the stop strings are checked here (a stop string outranks "length", as in vLLM);
+        in the server, the token goes to its detokenizer thread and the sample runs on meanwhile."""
+        if not self.detokenize:
+            if self.collect_stop_tokens:
+                self._stop_tokens.append((seq.request.request_id, seq.sample_index, seq.token_ids[-1]))
+            return reason
+        if seq.text is None:
+            seq.text = SampleText(self.tokenizer, seq.request.prompt_token_ids, seq.request.params)
+        with TOKENIZER_LOCK:
+            hit = seq.text.feed(seq.token_ids, seq.num_prompt_tokens)
+        if hit is None:
+            return reason
+        seq.stop_reason = hit
+        return "stop"
+
     def _finish_reason(self, seq: Sequence) -> str | None:
         params = seq.request.params
         token = seq.token_ids[-1]
-        if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
+        if token in self.eos_token_ids and not params.ignore_eos:
+            return "stop"  # stop_reason stays None, as vLLM's for EOS
+        if token in params.stop_token_ids:
+            seq.stop_reason = token
             return "stop"
         if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
@@ -281,25 +335,23 @@ class LLMEngine:
 
     def _completion(self, request: Request, seq: Sequence) -> CompletionOutput:
         want = request.params.logprobs is not None
-        token_ids = seq.output_token_ids
-        text = (
-            self.tokenizer.decode(token_ids, skip_special_tokens=True)
-            if self.tokenizer is not None and self.detokenize
-            else None
-        )
-        return CompletionOutput(
+        completion = CompletionOutput(
             index=seq.sample_index,
-            token_ids=token_ids,
+            token_ids=seq.output_token_ids,
             logprobs=list(seq.logprobs) if want else None,
             top_logprobs=list(seq.top_logprobs) if want and request.params.logprobs else None,
             finish_reason=seq.finish_reason or "abort",
             weight_version=oldest_version(seq.weight_versions, default=request.weight_version),
-            text=text,
             weight_versions=list(seq.weight_versions),
             kv_versions=list(seq.kv_versions),
             kept_log_mass=list(seq.kept_log_mass) if want else None,
             kept_token_ids=list(seq.kept_token_ids) if request.params.return_kept_tokens else None,
+            stop_reason=seq.stop_reason,
+            cumulative_logprob=sum(seq.logprobs) if want else None,
         )
+        if not self.detokenize:  # the server: its RPC threads make the text (finish_text)
+            return completion
+        return finish_text(completion, self.tokenizer, request.prompt_token_ids, request.params, seq.text)
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
         prompt = request.prompt_token_ids

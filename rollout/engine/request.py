@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rollout.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from rollout.detokenize.sample_text import SampleText
 
 
 @dataclass(slots=True, eq=False)
@@ -64,6 +68,8 @@ class Sequence:
     kept_log_mass: list[float] = field(default_factory=list)  # one per logprob: truncation_mass.py
     kept_token_ids: list[list[int]] = field(default_factory=list)  # one per token, on request
     finish_reason: str | None = None
+    stop_reason: int | str | None = None  # the stop token id or stop string that finished it (vLLM's field)
+    text: SampleText | None = None  # offline, with stop strings: its text so far (rollout/detokenize/)
     # Provenance (rollout/engine/versions/provenance.py): spans of (output token index, weight version) for
     # the weights that sampled each token and the oldest KV each token attended to, and the oldest
     # weight version among this sequence's computed KV (None while it has none).

@@ -31,6 +31,9 @@ _OPTIONAL_FIELDS = (
     "seed",
     "logprobs",
     "max_staleness",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "detokenize",
 )
 
 
@@ -64,6 +67,8 @@ def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         ignore_eos=params.ignore_eos,
         logprobs_mode=_MODE_TO_PB[params.logprobs_mode],
         return_kept_tokens=params.return_kept_tokens,
+        stop=list(params.stop),
+        include_stop_str_in_output=params.include_stop_str_in_output,
     )
     for name in _OPTIONAL_FIELDS:
         value = getattr(params, name)
@@ -84,6 +89,8 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
         stop_token_ids=tuple(message.stop_token_ids),
         ignore_eos=message.ignore_eos,
         return_kept_tokens=message.return_kept_tokens,
+        stop=tuple(message.stop),
+        include_stop_str_in_output=message.include_stop_str_in_output,
     )
 
 
@@ -102,6 +109,12 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
     message.top_logprobs.extend(_top_logprobs_to_proto(sample.top_logprobs))
     if sample.text is not None:
         message.text = sample.text
+    if isinstance(sample.stop_reason, str):
+        message.stop_string = sample.stop_reason
+    elif sample.stop_reason is not None:
+        message.stop_token_id = sample.stop_reason
+    if sample.cumulative_logprob is not None:
+        message.cumulative_logprob = sample.cumulative_logprob
     return message
 
 
@@ -120,7 +133,17 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         kept_log_mass=list(message.kept_log_mass) if logprobs and _per_token(message) else None,
         # sent only on request (return_kept_tokens), one entry per token, so presence says it was asked for
         kept_token_ids=[list(t.ids) for t in message.kept_token_ids] if message.kept_token_ids else None,
+        stop_reason=_stop_reason_from_proto(message),
+        cumulative_logprob=message.cumulative_logprob if message.HasField("cumulative_logprob") else None,
     )
+
+
+def _stop_reason_from_proto(message: pb.Sample) -> int | str | None:
+    if message.HasField("stop_string"):
+        return message.stop_string
+    if message.HasField("stop_token_id"):
+        return message.stop_token_id
+    return None
 
 
 def _per_token(message: pb.Sample) -> bool:

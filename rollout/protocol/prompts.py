@@ -9,14 +9,13 @@ than that times the context length cannot fit and is refused without being token
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jinja2 import TemplateError
 
 # Fast tokenizers can refuse concurrent use of one instance ("Already borrowed"); RPC threads share it.
-_TOKENIZER_LOCK = threading.Lock()
+from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK as _TOKENIZER_LOCK
 
 
 class NoChatTemplateError(ValueError):
@@ -102,9 +101,3 @@ def tokenize_chat(
     check_text_chars(len(text), max_chars, "messages")
     with _TOKENIZER_LOCK:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text
-
-
-def detokenize(tokenizer: Any, token_ids: Sequence[int]) -> str:
-    """Output text as the offline engine writes it (special tokens skipped)."""
-    with _TOKENIZER_LOCK:
-        return tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -23,6 +23,7 @@ from rollout.server.handle import LoopEvent, RequestHandle, Submission
 from rollout.server.loop_errors import EngineStepError, NotAcceptingError
 from rollout.server.loop_jobs import Job, JobQueue, run_job, wait_job
 from rollout.server.request_registry import RequestRegistry, Tracked
+from rollout.server.stop_watch import StopWatch
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine
@@ -44,6 +45,10 @@ class EngineLoop:
         self.engine = engine
         self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
+        # Stop strings are found by a thread of their own, fed each step's tokens (stop_watch.py).
+        self._stop_watch = StopWatch(engine.tokenizer, self.finish_on_stop_string)
+        engine.collect_stop_tokens = engine.tokenizer is not None
+        self._stop_hits: list[tuple[str, int, int, str]] = []
         self.max_pending_requests = max_pending_requests
         self._cond = threading.Condition()
         self._requests = RequestRegistry(finished_cache_size)  # read and written under _cond
@@ -64,6 +69,7 @@ class EngineLoop:
     def start(self) -> EngineLoop:
         """Starts the loop thread (once; later calls are no-ops)."""
         if not self._thread.is_alive() and not self._stopped:
+            self._stop_watch.start()
             self._thread.start()
         return self
 
@@ -83,6 +89,7 @@ class EngineLoop:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
+            self._stop_watch.stop()
 
     def __enter__(self) -> EngineLoop:
         return self.start()
@@ -155,6 +162,12 @@ class EngineLoop:
         for tracked in list(self._tracked.values()):
             if include_queued or tracked.in_engine:
                 self._abort_locked(tracked)
+
+    def finish_on_stop_string(self, request_id: str, sample_index: int, num_tokens: int, stop: str) -> None:
+        """The stop watch found `stop` ending at output token `num_tokens - 1`: finish the sample there."""
+        with self._cond:
+            self._stop_hits.append((request_id, sample_index, num_tokens, stop))
+            self._cond.notify_all()
 
     # ---- control ------------------------------------------------------------------------------
 
@@ -229,7 +242,10 @@ class EngineLoop:
                 if self._stopped and not self._engine_busy:
                     return
                 admit, aborts, jobs = self._take_work_locked()
+                stop_hits, self._stop_hits = self._stop_hits, []
             self._apply(admit, aborts, jobs)
+            for hit in stop_hits:  # False when it finished meanwhile: the RPC thread's finish_text cuts it
+                self.engine.finish_on_stop_string(*hit)
             if self.engine.has_unfinished_requests():
                 self._step()
             self._run_exclusive_if_idle()
@@ -237,7 +253,12 @@ class EngineLoop:
 
     def _has_work(self) -> bool:
         admitting = bool(self._queued) and self._admitting()
-        return self._stopped or self._engine_busy or admitting or bool(self._aborts or self._jobs)
+        return (
+            self._stopped
+            or self._engine_busy
+            or admitting
+            or bool(self._aborts or self._jobs or self._stop_hits)
+        )
 
     def _admitting(self) -> bool:
         return not self._paused and self._jobs.next_exclusive() is None
@@ -270,6 +291,8 @@ class EngineLoop:
                 self.engine.add_request(
                     sub.request_id, sub.prompt_token_ids, sub.params, sub.prompt, resume=sub.resume
                 )
+                if sub.params.stop:
+                    self._stop_watch.watch(sub.request_id, sub.prompt_token_ids, sub.params)
             except Exception as exc:  # validated at submit, so this is an engine bug: fail this request only
                 self._fail([sub.request_id], exc)
         for request_id in aborts:
@@ -284,6 +307,10 @@ class EngineLoop:
             logger.exception("engine step failed; failing the requests in the engine")
             self._fail_engine_requests(exc)
             return
+        self._stop_watch.feed(self.engine.take_stop_tokens())
+        for delta in outputs:
+            if delta.finished:
+                self._stop_watch.forget(delta.request_id)
         with self._cond:
             for delta in outputs:
                 tracked = self._tracked.get(delta.request_id)
@@ -304,6 +331,8 @@ class EngineLoop:
 
     def _fail(self, request_ids: list[str], exc: Exception) -> None:
         error = EngineStepError(f"engine step failed: {type(exc).__name__}: {exc}")
+        for request_id in request_ids:
+            self._stop_watch.forget(request_id)
         with self._cond:
             self._requests.fail(request_ids, error)
             self._engine_busy = self.engine.has_unfinished_requests()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 
 import rollout
+from rollout.detokenize.finish_text import finish_text
 from rollout.outputs import CompletionOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_from_proto
@@ -19,7 +20,6 @@ from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.protocol.prompts import (
     NoChatTemplateError,
-    detokenize,
     text_char_limit,
     tokenize_chat,
     tokenize_text,
@@ -78,10 +78,10 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         n = handle.submissions[handle.request_ids[0]].params.n
         try:
             for event in handle:
-                for sample in self._with_text(event.samples):
+                sub = handle.submissions[event.request_id]
+                for sample in self._with_text(event.samples, sub):
                     first = event.request_id not in sent_prompt
                     sent_prompt.add(event.request_id)
-                    sub = handle.submissions[event.request_id]
                     yield pb.GenerateResponse(
                         request_id=event.request_id,
                         prompt_index=index[event.request_id],
@@ -102,7 +102,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         try:
             outputs = handle.result()
             for output in outputs:
-                self._with_text(output.outputs)
+                output.outputs = self._with_text(output.outputs, handle.submissions[output.request_id])
         except HandleCancelledError:
             context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
         except Exception as exc:
@@ -158,13 +158,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             return tokenize_chat(tokenizer, messages, self._max_text_chars, tools)
         raise ValueError("prompt: empty; set token_ids, text or chat")
 
-    def _with_text(self, samples: list[CompletionOutput]) -> list[CompletionOutput]:
-        """Decodes each sample's text here, on the RPC thread (the loop thread never tokenizes)."""
+    def _with_text(self, samples: list[CompletionOutput], sub: Submission) -> list[CompletionOutput]:
+        """Each sample's text, cut at its first stop string, made here on the RPC thread (the loop
+        thread never tokenizes); new objects, since the loop's cache shares the ones it is given."""
         tokenizer = self.loop.engine.tokenizer
-        for sample in samples:
-            if tokenizer is not None and sample.text is None:
-                sample.text = detokenize(tokenizer, sample.token_ids)
-        return samples
+        return [finish_text(s, tokenizer, sub.prompt_token_ids, sub.params) for s in samples]
 
     def GetServerInfo(
         self, request: pb.GetServerInfoRequest, context: grpc.ServicerContext

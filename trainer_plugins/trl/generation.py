@@ -26,12 +26,14 @@ from . import parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
 from .rollout_batch import RolloutBatch
+from .text_settings import TEXT_GENERATION_KWARGS
 from .truncation import TruncationCorrection
 
 logger = logging.getLogger(__name__)
 
-# generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent.
-SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos")
+# generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent, same meaning.
+# Stop strings end the returned token ids at the token that completed the match, as vLLM's do.
+SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos") + TEXT_GENERATION_KWARGS
 # Restarts ridden out in a row within one push or one round before training stops.
 MAX_RECOVERIES = 3
 
