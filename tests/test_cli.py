@@ -114,3 +114,14 @@ def test_generate_without_model_uses_the_embedded_default_model(tmp_path: Path) 
     assert code == 0 and len(records) == 1
     sample = records[0]["samples"][0]
     assert sample["finish_reason"] == "stop" and sample["text"] == "3"  # the addition model, greedy
+
+
+def test_a_stop_string_in_a_lines_sampling_params_stops_it_and_is_reported(tmp_path: Path) -> None:
+    lines = [{"prompt": "20+26=", "sampling_params": {"stop": ["6"], "include_stop_str_in_output": True}}]
+    code, records = run_generate(tmp_path, write_lines(tmp_path / "in.jsonl", lines), "--temperature", "0")
+    sample = records[0]["samples"][0]
+    assert code == 0 and (sample["text"], sample["finish_reason"], sample["stop_reason"]) == (
+        "56",
+        "stop",
+        "6",
+    )

@@ -100,6 +100,8 @@ def output_record(item: PromptLine, output: RequestOutput) -> dict[str, Any]:
             if s.top_logprobs
             else None,
             "finish_reason": s.finish_reason,
+            "stop_reason": s.stop_reason,
+            "cumulative_logprob": s.cumulative_logprob,
             "weight_version": s.weight_version,
         }
         for s in output.outputs
