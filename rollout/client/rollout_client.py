@@ -155,6 +155,7 @@ class RolloutClient:
         request_id_prefix: str | None = None,
     ) -> list[RequestOutput]:
         """One call per address over `messages` (ids "<prefix>-<index>"), results in message order."""
+        self._revive_dead_servers()
         prefix = request_id_prefix or uuid.uuid4().hex
         for i, message in enumerate(messages):
             message.request_id = f"{prefix}-{i}"
@@ -162,6 +163,12 @@ class RolloutClient:
         costs = [prompt_cost(_prompt_size(m), params.n, params.max_tokens) for m in messages]
         call = GenerateCall(self.servers, convert.params_to_proto(params), params, prefix, deadline)
         return call.run(messages, costs)
+
+    def _revive_dead_servers(self) -> None:
+        """Gives a server this client wrote off its work back once a health check finds it serving."""
+        for address in self.balancer.due_for_probe():
+            if _serving(health_pb2_grpc.HealthStub(self.channels[address]), self.metadata, timeout=0.5):
+                self.balancer.revive(address)
 
     def _generate_per_prompt(
         self,
@@ -320,9 +327,13 @@ def _channel(address: str, tls: bool | str | Path | None, options: list[tuple[st
     return grpc.secure_channel(address, grpc.ssl_channel_credentials(root), options)
 
 
-def _serving(health: health_pb2_grpc.HealthStub, metadata: tuple[tuple[str, str], ...]) -> bool:
+def _serving(
+    health: health_pb2_grpc.HealthStub, metadata: tuple[tuple[str, str], ...], timeout: float = 1.0
+) -> bool:
     try:
-        reply = health.Check(health_pb2.HealthCheckRequest(service=_SERVICE), timeout=1.0, metadata=metadata)
+        reply = health.Check(
+            health_pb2.HealthCheckRequest(service=_SERVICE), timeout=timeout, metadata=metadata
+        )
     except grpc.RpcError:
         return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING
