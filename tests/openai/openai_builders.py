@@ -12,6 +12,7 @@ from rollout.engine.llm_engine import LLMEngine
 from rollout.openai.server import OpenAIServer
 from rollout.server.app import RolloutServer
 from rollout.server.engine_loop import EngineLoop
+from rollout.server.weights_servicer import SERVICE_NAME, weight_sync_hook
 from tests.builders import tool_chat_tokenizer
 from tests.server.server_builders import make_engine
 
@@ -40,10 +41,16 @@ def chat_engine(**config: object) -> LLMEngine:
 
 @contextmanager
 def openai_serving(
-    engine: LLMEngine | None = None, token: str | None = None, **openai_kwargs: object
+    engine: LLMEngine | None = None,
+    token: str | None = None,
+    weight_sync: bool = False,
+    **openai_kwargs: object,
 ) -> Iterator[tuple[RolloutServer, OpenAIServer]]:
-    """A gRPC server and the OpenAI front end on its engine loop, both on loopback free ports."""
-    grpc_server = RolloutServer(EngineLoop(engine or chat_engine()), token=token).start()
+    """A gRPC server (with WeightSyncService if `weight_sync`) and the OpenAI front end on its engine
+    loop, both on loopback free ports."""
+    hooks = {"extra_servicers": [weight_sync_hook(30.0)], "extra_service_names": [SERVICE_NAME]}
+    loop = EngineLoop(engine or chat_engine())
+    grpc_server = RolloutServer(loop, token=token, **(hooks if weight_sync else {})).start()
     http = OpenAIServer(grpc_server.loop, grpc_server.metrics, token=token, **openai_kwargs).start()
     try:
         yield grpc_server, http
