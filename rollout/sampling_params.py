@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rollout.logits_settings import check_logits_settings, has_logits_processors
@@ -89,6 +89,11 @@ class SamplingParams:
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
         check_logits_settings(self)
+
+    def __hash__(self) -> int:
+        """Hashable although logit_bias is a dict (vLLM's type): clients group prompts by their params."""
+        values = [getattr(self, f.name) for f in fields(self)]
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in values))
 
     @property
     def processes_logits(self) -> bool:
