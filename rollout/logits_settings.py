@@ -17,9 +17,7 @@ def check_logits_settings(params: Any) -> None:
     """Raises ValueError naming the field; stores the normalised containers on the frozen params."""
     _int("min_tokens", params.min_tokens, 0)
     if params.min_tokens > params.max_tokens:
-        raise ValueError(
-            f"min_tokens must be <= max_tokens ({params.max_tokens}), got {params.min_tokens}"
-        )
+        raise ValueError(f"min_tokens must be <= max_tokens ({params.max_tokens}), got {params.min_tokens}")
     for name in ("presence_penalty", "frequency_penalty"):
         value = getattr(params, name)
         _finite(name, value)

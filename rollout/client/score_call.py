@@ -26,7 +26,9 @@ def score_call(
     results: dict[int, ScoreOutput] = {}
     for address, indices in servers.balancer.assign(costs).items():
         try:
-            shard = _score_shard(servers, address, [sequences[i] for i in indices], top_logprobs, prefix, deadline)
+            shard = _score_shard(
+                servers, address, [sequences[i] for i in indices], top_logprobs, prefix, deadline
+            )
         finally:
             servers.balancer.release(address, sum(costs[i] for i in indices))
         results.update(zip(indices, shard, strict=True))

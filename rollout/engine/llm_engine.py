@@ -129,7 +129,9 @@ class LLMEngine:
                 raise ValueError(
                     f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
                 )
-        check_against_vocab(with_bad_words_tokenized(params, self.tokenizer), self.vocab_size, self.eos_token_ids)
+        check_against_vocab(
+            with_bad_words_tokenized(params, self.tokenizer), self.vocab_size, self.eos_token_ids
+        )
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:
@@ -264,7 +266,8 @@ class LLMEngine:
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
         rows = [
-            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens) for seq in seqs
+            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens)
+            for seq in seqs
         ]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}

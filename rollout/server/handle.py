@@ -104,7 +104,9 @@ class RequestHandle:
     ) -> RequestOutput:
         sub = self.submissions[request_id]
         samples.sort(key=lambda c: c.index)
-        return RequestOutput(request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, prompt_logprobs)
+        return RequestOutput(
+            request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, prompt_logprobs
+        )
 
     def cancel(self) -> None:
         """Detaches from every unfinished request (they are aborted if nobody else waits on them)."""

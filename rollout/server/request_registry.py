@@ -100,7 +100,11 @@ class RequestRegistry:
             self.finished.move_to_end(sub.request_id)
             self.counters["deduplicated"] += 1
             done_output = done.output()
-            sink.put(LoopEvent(sub.request_id, done_output.outputs, True, prompt_logprobs=done_output.prompt_logprobs))
+            sink.put(
+                LoopEvent(
+                    sub.request_id, done_output.outputs, True, prompt_logprobs=done_output.prompt_logprobs
+                )
+            )
             return None
         tracked = self.unfinished.get(sub.request_id)
         new = tracked is None
@@ -113,7 +117,9 @@ class RequestRegistry:
                 aborts.remove(sub.request_id)
                 tracked.orphaned = False
             if tracked.samples:
-                sink.put(LoopEvent(sub.request_id, list(tracked.samples), prompt_logprobs=tracked.prompt_logprobs))
+                sink.put(
+                    LoopEvent(sub.request_id, list(tracked.samples), prompt_logprobs=tracked.prompt_logprobs)
+                )
         tracked.sinks.append(sink)
         return tracked if new else None
 

@@ -18,7 +18,6 @@ from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_from_proto
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
-from rollout.protocol.score_wire import prompt_logprobs_to_proto, score_result_to_proto
 from rollout.protocol.prompts import (
     NoChatTemplateError,
     detokenize,
@@ -26,6 +25,7 @@ from rollout.protocol.prompts import (
     tokenize_chat,
     tokenize_text,
 )
+from rollout.protocol.score_wire import prompt_logprobs_to_proto, score_result_to_proto
 from rollout.scoring import score_output, score_params
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop

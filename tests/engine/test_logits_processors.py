@@ -25,7 +25,9 @@ def logits_of(rows: int, seed: int = 0) -> torch.Tensor:
 def processed(params: SamplingParams, seen: list[int], num_prompt: int, logits: torch.Tensor) -> torch.Tensor:
     """The processed log-distribution of one row (logprobs=VOCAB returns every token's)."""
     params = replace(params, logprobs=VOCAB, temperature=1.0)
-    out = Sampler(seed=0, eos_token_ids=frozenset({EOS}))(logits[None], [SampleRow(params, 0, seen, num_prompt)])
+    out = Sampler(seed=0, eos_token_ids=frozenset({EOS}))(
+        logits[None], [SampleRow(params, 0, seen, num_prompt)]
+    )
     lp = torch.full((VOCAB,), float("-inf"))
     for token, value in out.top_logprobs[0].items():
         lp[token] = value
@@ -104,7 +106,9 @@ def test_min_tokens_bans_eos_and_stop_tokens_until_reached() -> None:
 
 def test_min_tokens_does_not_ban_eos_with_ignore_eos_but_still_bans_stop_tokens() -> None:
     llm = tiny_llm()
-    params = SamplingParams(max_tokens=4, min_tokens=4, temperature=0, logit_bias={9: 100.0}, stop_token_ids=[9])
+    params = SamplingParams(
+        max_tokens=4, min_tokens=4, temperature=0, logit_bias={9: 100.0}, stop_token_ids=[9]
+    )
     sample = llm.generate([PROMPT], replace(params, ignore_eos=True))[0].outputs[0]
     assert 9 not in sample.token_ids and len(sample.token_ids) == 4
 

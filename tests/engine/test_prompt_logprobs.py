@@ -71,7 +71,9 @@ def test_score_equals_a_teacher_forced_forward_and_frees_every_block() -> None:
     for seq, score in zip(sequences, scores, strict=True):
         assert score.token_ids == seq and len(score.logprobs) == len(seq) - 1
         if len(seq) > 1:
-            torch.testing.assert_close(torch.tensor(score.logprobs), teacher_forced(llm, seq), rtol=0, atol=1e-4)
+            torch.testing.assert_close(
+                torch.tensor(score.logprobs), teacher_forced(llm, seq), rtol=0, atol=1e-4
+            )
         assert all(token in top for token, top in zip(seq[1:], score.top_logprobs, strict=True))
     assert llm.stats()["num_blocks_free"] == llm.stats()["num_blocks_total"]
 

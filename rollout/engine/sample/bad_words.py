@@ -18,7 +18,9 @@ def bad_words_token_ids(words: tuple[str, ...], tokenizer: PreTrainedTokenizerBa
     sequences: list[list[int]] = []
     for word in words:
         for add_prefix_space in (False, True):
-            ids = tokenizer.encode((" " if add_prefix_space else "") + word.lstrip(), add_special_tokens=False)
+            ids = tokenizer.encode(
+                (" " if add_prefix_space else "") + word.lstrip(), add_special_tokens=False
+            )
             if not ids:
                 raise ValueError(f"bad_words: {word!r} tokenizes to no tokens")
             if not add_prefix_space or (ids[0] != sequences[-1][0] and len(ids) == len(sequences[-1])):

@@ -28,7 +28,12 @@ def apply_logit_bias(logits: torch.Tensor, rows: list) -> torch.Tensor:
 
 def apply_penalties_and_bans(logits: torch.Tensor, rows: list, eos_token_ids: frozenset[int]) -> torch.Tensor:
     """Frequency then presence penalty (OpenAI's formula, over output tokens), then the bans."""
-    return _per_row(logits, rows, _penalizes_or_bans, lambda row_logits, row: _penalize_and_ban(row_logits, row, eos_token_ids))
+    return _per_row(
+        logits,
+        rows,
+        _penalizes_or_bans,
+        lambda row_logits, row: _penalize_and_ban(row_logits, row, eos_token_ids),
+    )
 
 
 def check_against_vocab(params: SamplingParams, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
@@ -60,7 +65,9 @@ def min_tokens_banned(params: SamplingParams, eos_token_ids: Iterable[int]) -> s
     return set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_token_ids))
 
 
-def _per_row(logits: torch.Tensor, rows: list, wants: Callable[[SamplingParams], bool], apply) -> torch.Tensor:
+def _per_row(
+    logits: torch.Tensor, rows: list, wants: Callable[[SamplingParams], bool], apply
+) -> torch.Tensor:
     active = [i for i, row in enumerate(rows) if wants(row.params)]
     if not active:
         return logits
@@ -77,9 +84,10 @@ def _bias_row(row_logits: torch.Tensor, row) -> None:
 
 
 def _penalizes_or_bans(p: SamplingParams) -> bool:
-    return bool(
-        p.presence_penalty or p.frequency_penalty or p.min_tokens or p.bad_words_token_ids
-    ) or p.allowed_token_ids is not None
+    return (
+        bool(p.presence_penalty or p.frequency_penalty or p.min_tokens or p.bad_words_token_ids)
+        or p.allowed_token_ids is not None
+    )
 
 
 def _penalize_and_ban(row_logits: torch.Tensor, row, eos_token_ids: frozenset[int]) -> None:
