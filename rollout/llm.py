@@ -27,6 +27,7 @@ from rollout.protocol.chat_messages import conversation_json, is_conversation, t
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.scoring import ScoreOutput, check_sequences, score_output, score_params
 
 Prompt = str | list[int]
 Params = SamplingParams | Sequence[SamplingParams] | None
@@ -119,6 +120,17 @@ class LLM:
             token_prompts.append(ids)
             texts.append(text)
         return self._generate_ids(token_prompts, params, texts, use_tqdm)
+
+    def score(
+        self, token_ids_list: Sequence[Sequence[int]], top_logprobs: int | None = None, use_tqdm: bool = False
+    ) -> list[ScoreOutput]:
+        """Teacher-forced logprobs of each given sequence (prompt + completion a trainer did not sample
+        here), in order: `ScoreOutput.logprobs[i]` is the logprob of token i + 1 given the tokens before
+        it, as a transformers forward computes it (rollout/scoring.py). Batched with everything else;
+        a sequence must fit the context with one token to spare (max_model_len - 1 tokens)."""
+        sequences = check_sequences(token_ids_list)
+        outputs = self._generate_ids(sequences, score_params(top_logprobs), [None] * len(sequences), use_tqdm)
+        return [score_output(output, top_logprobs) for output in outputs]
 
     def _generate_ids(
         self, token_prompts: list[list[int]], params: Params, texts: list[str | None], use_tqdm: bool

@@ -24,12 +24,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rollout.client.boot_ids import BootIds
 from rollout.client.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
 from rollout.client.load_balance import LoadBalancer, prompt_cost
+from rollout.client.score_call import score_call
 from rollout.outputs import RequestOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_to_proto, is_conversation, message_chars
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.scoring import ScoreOutput, check_sequences, score_params
 
 if TYPE_CHECKING:
     from rollout.client.weight_push import WeightPusher
@@ -123,6 +125,20 @@ class RolloutClient:
             if isinstance(prompt, str):
                 results[i].prompt = prompt
         return results
+
+    def score(
+        self,
+        token_ids_list: Sequence[Sequence[int]],
+        top_logprobs: int | None = None,
+        request_id_prefix: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ScoreOutput]:
+        """Teacher-forced logprobs of each sequence, in order, as `LLM.score` (rollout/scoring.py)."""
+        sequences = check_sequences(token_ids_list)
+        score_params(top_logprobs)  # refuses a bad top_logprobs before anything is sent
+        deadline = deadline_of(self.timeout if timeout is None else timeout)
+        prefix = request_id_prefix or uuid.uuid4().hex
+        return score_call(self.servers, sequences, top_logprobs, prefix, deadline)
 
     def resume_aborted(
         self, outputs: list[RequestOutput], params: SamplingParams, timeout: float | None = None

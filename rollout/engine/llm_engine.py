@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
-from rollout.engine import kv_sizing
+from rollout.engine import kv_sizing, prompt_logprobs
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.host_to_device import to_device
@@ -23,6 +23,8 @@ from rollout.engine.model.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.request import Request, Sequence
 from rollout.engine.runner import Runner, RunnerFactory, single_device
+from rollout.engine.sample.bad_words import with_bad_words_tokenized
+from rollout.engine.sample.logits_processors import check_against_vocab
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
@@ -70,9 +72,9 @@ class LLMEngine:
         if use_cuda_graphs(self.config, device, backend) and states is None:  # hybrids: per-sequence calls
             self.local_runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.runner: Runner = runner_factory(self.local_runner)
-        self.sampler = Sampler(self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
+        self.sampler = Sampler(self.config.seed, self.eos_token_ids)
         self.model_info = ModelInfo(
             name=model_name or getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__,
             architecture=type(self.model).__name__,
@@ -127,6 +129,9 @@ class LLMEngine:
                 raise ValueError(
                     f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
                 )
+        check_against_vocab(
+            with_bad_words_tokenized(params, self.tokenizer), self.vocab_size, self.eos_token_ids
+        )
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:
@@ -146,9 +151,12 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
+        params = with_bad_words_tokenized(params, self.tokenizer)  # the server's RPC threads did it already
         request = Request(
             request_id, list(prompt_token_ids), params, next(self._arrivals), self._weight_version, prompt
         )
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = [None]  # the first prompt token has no logprob (vLLM's shape)
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
         if resume is not None:
             resume_into(request.sequences[0], resume)
@@ -172,7 +180,14 @@ class LLMEngine:
         self._num_requests_finished += 1
         outputs = [self._completion(request, seq) for seq in aborted + unborn]
         self._aborted.append(
-            RequestOutput(request_id, request.prompt_token_ids, outputs, True, request.prompt)
+            RequestOutput(
+                request_id,
+                request.prompt_token_ids,
+                outputs,
+                True,
+                request.prompt,
+                prompt_logprobs.complete_prompt_logprobs(request),
+            )
         )
         return True
 
@@ -194,6 +209,8 @@ class LLMEngine:
         return outputs + self._update(sched, logits)
 
     def _update(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+        if any(item.prompt_rows for item in sched.scheduled):
+            logits = self._collect_prompt_logprobs(sched, logits)
         sampling: list[Sequence] = []
         for item in sched.scheduled:
             seq, samples = item.seq, item.samples
@@ -209,6 +226,19 @@ class LLMEngine:
             if samples:
                 sampling.append(seq)
         return self._sample_and_append(logits, self._expand_forks(sampling))
+
+    def _collect_prompt_logprobs(self, sched: SchedulerOutput, logits: torch.Tensor) -> torch.Tensor:
+        """Takes each item's prompt-logprob rows (they precede its sampling row); returns the sampling rows."""
+        row, keep = 0, []
+        for item in sched.scheduled:
+            if item.prompt_rows:
+                count = len(item.prompt_rows)
+                prompt_logprobs.collect(item.seq.request, logits[row : row + count], item.prompt_rows)
+                row += count
+            if item.samples:
+                keep.append(row)
+                row += 1
+        return logits.index_select(0, to_device(keep, torch.int64, logits.device))
 
     def _expand_forks(self, sampling: list[Sequence]) -> list[list[Sequence]]:
         """Each sampling row feeds one sequence, or all n samples of a prompt that just finished prefill."""
@@ -235,7 +265,10 @@ class LLMEngine:
         if len(seqs) != len(groups):
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
-        rows = [SampleRow(seq.request.params, seq.sample_index, seq.token_ids) for seq in seqs]
+        rows = [
+            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens)
+            for seq in seqs
+        ]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
@@ -271,7 +304,12 @@ class LLMEngine:
         request.num_finished += 1
         out = finished.setdefault(
             request.request_id,
-            RequestOutput(request.request_id, request.prompt_token_ids, prompt=request.prompt),
+            RequestOutput(
+                request.request_id,
+                request.prompt_token_ids,
+                prompt=request.prompt,
+                prompt_logprobs=prompt_logprobs.complete_prompt_logprobs(request),
+            ),
         )
         out.outputs.append(self._completion(request, seq))
         if request.is_finished:

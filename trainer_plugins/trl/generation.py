@@ -25,13 +25,14 @@ from rollout.sampling_params import SamplingParams
 from . import parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
+from .generation_kwargs import LOGITS_PROCESSOR_KWARGS, logits_processor_kwargs, refusal_reasons
 from .rollout_batch import RolloutBatch
 from .truncation import TruncationCorrection
 
 logger = logging.getLogger(__name__)
 
 # generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent.
-SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos")
+SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos", *LOGITS_PROCESSOR_KWARGS)
 # Restarts ridden out in a row within one push or one round before training stops.
 MAX_RECOVERIES = 3
 
@@ -80,7 +81,9 @@ class RolloutGeneration(VLLMGeneration):
 
     def _init_vllm(self) -> None:
         """Connects (main process only) and checks the server hosts the trainer's model."""
-        self.sampling_params(1, max_tokens=1)  # fail fast on unsupported generation settings, everywhere
+        # fail fast on unsupported generation settings, everywhere (min_tokens is checked against the
+        # completion length; without one, the servers' context bounds it)
+        self.sampling_params(1, max_tokens=self.max_completion_length or 1 << 30)
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
             self.watch = server_restarts.RestartWatch(self.client)
@@ -112,9 +115,10 @@ class RolloutGeneration(VLLMGeneration):
         unsupported = sorted(set(self.generation_kwargs) - set(SUPPORTED_GENERATION_KWARGS))
         if unsupported:
             raise ValueError(
-                f"generation_kwargs {unsupported} have no rollout equivalent; supported: {SUPPORTED_GENERATION_KWARGS}"
+                f"generation_kwargs {unsupported} have no rollout equivalent; supported: "
+                f"{SUPPORTED_GENERATION_KWARGS}{refusal_reasons(unsupported)}"
             )
-        extra = dict(self.generation_kwargs)
+        extra = logits_processor_kwargs(self.generation_kwargs)
         eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
         stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
         return SamplingParams(
