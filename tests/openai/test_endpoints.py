@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rollout.client import RolloutClient
+from rollout.openai import sampling
 from tests.builders import TOOLS, tiny_model
 from tests.openai.openai_builders import chat_engine, hermes_tokenizer, openai_serving
 
@@ -119,11 +120,28 @@ def test_stop_given_as_token_ids_stops_there() -> None:
     ("field", "value"),
     [("stop", ["</s>"]), ("presence_penalty", 0.5), ("frequency_penalty", 0.5), ("logit_bias", {"5": 1.0})],
 )
-def test_a_field_sampling_params_lacks_is_refused_naming_it(field: str, value: object) -> None:
+def test_a_field_sampling_params_lacks_is_refused_naming_it(monkeypatch, field: str, value: object) -> None:
+    """The front end passes these through once SamplingParams has them; a server without one refuses it."""
+    monkeypatch.setattr(sampling, "PARAM_FIELDS", sampling.PARAM_FIELDS - {field})
     with openai_serving() as (_, http):
         client = openai.OpenAI(base_url=http.base_url, api_key="none")
         with pytest.raises(openai.BadRequestError, match=f"{field}: not supported by this server yet"):
             client.chat.completions.create(model="LlamaForCausalLM", messages=MESSAGES, **{field: value})
+
+
+def test_logit_bias_and_min_tokens_reach_the_sampler() -> None:
+    """OpenAI's logit_bias (string keys) and vLLM's min_tokens arrive with their meaning."""
+    with openai_serving() as (_, http):
+        client = openai.OpenAI(base_url=http.base_url, api_key="none")
+        args = dict(model="LlamaForCausalLM", prompt=[5, 6, 7], seed=3)
+        forced = client.completions.create(**args, max_tokens=6, logit_bias={"9": 100.0}).choices[0]
+        free = client.completions.create(**args, max_tokens=12).choices[0].model_extra["token_ids"]
+        early = free[1]  # a stop token the free sample hits at its second token
+        held = client.completions.create(
+            **args, max_tokens=6, extra_body={"stop": [early], "min_tokens": 5}
+        ).choices[0]
+    assert forced.model_extra["token_ids"] == [9] * 6
+    assert len(held.model_extra["token_ids"]) >= 5 and early not in held.model_extra["token_ids"][:5]
 
 
 def test_neutral_values_of_unsupported_fields_are_accepted() -> None:
