@@ -89,10 +89,10 @@ def _refuse_unsupported(name: str, module: nn.Module, adapter: str) -> None:
 
 
 def _other_tensors(model: nn.Module, adapter: str, mode: str) -> list[tuple[str, object]]:
-    """Non-LoRA tensors by their HF names: trainable ones (mode "adapter") or all of them ("full")."""
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    """Non-LoRA parameters by their HF names: trainable ones (mode "adapter") or all of them ("full").
+    Buffers stay home (the server derives its rotary tables; a cast would spoil them)."""
     out, seen = [], set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
+    for name, param in model.named_parameters():
         parts = name.split(".")
         if "lora_A" in parts or "lora_B" in parts or _ORIGINAL in f".{name}":
             continue
@@ -102,7 +102,7 @@ def _other_tensors(model: nn.Module, adapter: str, mode: str) -> list[tuple[str,
             hf = strip_wrappers(name.replace(f"{_SAVED}{adapter}.", "."))
         else:
             hf = normalize_name(name)
-        if (mode == "full" or name in trainable) and hf not in seen:
+        if (mode == "full" or param.requires_grad) and hf not in seen:
             seen.add(hf)
-            out.append((hf, tensor.detach()))
+            out.append((hf, param.detach()))
     return out
