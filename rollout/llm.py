@@ -28,6 +28,8 @@ from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_te
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.scoring import ScoreOutput, check_sequences, score_output, score_params
+from rollout.weights.lora import LoraTargets
+from rollout.weights.lora_export import update_source
 
 Prompt = str | list[int]
 Params = SamplingParams | Sequence[SamplingParams] | None
@@ -212,15 +214,21 @@ class LLM:
 
     def update_weights(
         self,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor] | torch.nn.Module,
         version: int | None = None,
         in_flight: str = "wait",
+        lora: LoraTargets | str | None = None,
     ) -> int:
         """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
-        requests left in `self.engine` (see rollout/engine/versions/in_flight.py)."""
+        requests left in `self.engine` (see rollout/engine/versions/in_flight.py).
+
+        A PEFT model sends its adapter only (`lora="adapter"`, the default for one) or its base
+        weights and adapter (`lora="full"`); named tensors with LoRA factors take `lora={module:
+        LoraTarget}` (rollout/weights/lora.py)."""
+        named_tensors, lora = update_source(named_tensors, lora)
         with self._lock:
             try:
-                return self.engine.update_weights(named_tensors, version, in_flight)
+                return self.engine.update_weights(named_tensors, version, in_flight, lora)
             finally:  # whatever was written (or rolled back) belongs to the version the engine holds
                 self._writes.seen(self.engine.weight_version)
 

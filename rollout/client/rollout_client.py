@@ -289,7 +289,9 @@ class RolloutClient:
     def update_weights(
         self, model_or_named_tensors: Any, transport: str = "grpc", version: int | None = None, **kwargs: Any
     ) -> int:
-        """Pushes weights to every server (see rollout.client.weight_push); returns the new version."""
+        """Pushes weights to every server (see rollout.client.weight_push); returns the new version.
+
+        A PEFT model sends its adapter only (`lora="full"`: base weights too)."""
         from rollout.client.weight_push import push_weights
 
         return push_weights(self, model_or_named_tensors, transport, version, **kwargs)

@@ -7,7 +7,6 @@ one thread (the offline `LLM` or the server's engine loop) drives it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,6 +32,9 @@ from rollout.engine.versions.resume import check_partial, resume_into
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
+from rollout.weights.adapter_store import AdapterPlan, AdapterStore
+from rollout.weights.lora import LoraTargets, has_adapter_factors
+from rollout.weights.manifest import NamedTensors, WeightUpdateError, iter_named_tensors
 
 
 class LLMEngine:
@@ -87,6 +89,7 @@ class LLMEngine:
             num_blocks=num_blocks,
         )
         self.requests: dict[str, Request] = {}
+        self.adapters = AdapterStore()  # LoRA adapters merged into their modules (weights/adapter_store.py)
         self._weight_version = 0
         self._arrivals = itertools.count()
         self._seq_ids = itertools.count()
@@ -351,14 +354,17 @@ class LLMEngine:
 
     def update_weights(
         self,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        named_tensors: NamedTensors,
         version: int | None = None,
         in_flight: str = "wait",
+        lora: LoraTargets | None = None,
     ) -> int:
         """Writes the tensors in place, atomically (all validated first), then commits a new version.
 
         Call it between two `step()`s. `in_flight` says what happens to unfinished requests
-        (rollout/engine/versions/in_flight.py); "wait" refuses while there are any.
+        (rollout/engine/versions/in_flight.py); "wait" refuses while there are any. `lora` names the
+        modules whose LoRA factors (`<module>.lora_A.weight`, `.lora_B.weight`) the update carries;
+        each serves its base weight plus the adapter, merged (rollout/weights/adapter_store.py).
         """
         policy = InFlightPolicy(in_flight, self.config.max_staleness)
         if policy.needs_idle and self.has_unfinished_requests():
@@ -369,13 +375,31 @@ class LLMEngine:
         from rollout.weights.updater import check_next_version
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
+        plan = self._adapter_plan(named_tensors, lora)
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
-            checked_update.apply_checked(self.local_runner, named_tensors, self.max_model_len)
+            checked_update.apply_checked(self.local_runner, plan.tensors, self.max_model_len)
         else:
-            self.runner.write_weights(named_tensors)
+            self.runner.write_weights(plan.tensors)
+        self.adapters.commit(plan)
         version = self.commit_weight_version(version)
         self._apply_in_flight(policy.plan(list(self.requests.values()), version))
         return version
+
+    def resolve_update(
+        self, named_tensors: NamedTensors, lora: LoraTargets | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The tensors an update would write (adapters merged), without writing them (retry checks)."""
+        return dict(self._adapter_plan(named_tensors, lora).tensors)
+
+    def _adapter_plan(self, named_tensors: NamedTensors, lora: LoraTargets | None) -> AdapterPlan:
+        if self.config.tensor_parallel_size == 1:
+            return self.adapters.plan(self.model, named_tensors, lora)
+        items = list(iter_named_tensors(named_tensors))  # the sharded writer validates full tensors
+        if lora or has_adapter_factors(name for name, _ in items):
+            raise WeightUpdateError(
+                "LoRA adapter updates are not supported under tensor_parallel_size > 1; push the merged weights"
+            )
+        return AdapterPlan(items)
 
     def _apply_in_flight(self, plan: InFlightPlan) -> None:
         for request_id in plan.abort:

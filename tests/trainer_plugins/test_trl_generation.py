@@ -68,9 +68,10 @@ class LocalClient:
         transport: str = "grpc",
         version: int | None = None,
         in_flight: str = "wait",
+        lora: object = None,
     ) -> int:
         self.in_flight_policies.append(in_flight)
-        return self.llm.update_weights(named_tensors, version, in_flight=in_flight)
+        return self.llm.update_weights(named_tensors, version, in_flight=in_flight, lora=lora)
 
 
 def make_trainer(

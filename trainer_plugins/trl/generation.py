@@ -22,7 +22,7 @@ from rollout.client import RolloutClient
 from rollout.client.weight_push import WeightSyncError
 from rollout.sampling_params import SamplingParams
 
-from . import parity_probe, push_dtype, server_checks, server_restarts
+from . import adapter_pushes, parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
 from .generation_kwargs import LOGITS_PROCESSOR_KWARGS, logits_processor_kwargs, refusal_reasons
@@ -53,6 +53,7 @@ class RolloutGeneration(VLLMGeneration):
         self.async_rounds: AsyncRounds | None = None  # set by the trainer in async mode
         self.served_versions: dict[str, int] = {}  # per server address, right after our last push
         self.probe_due = config.parity_probe  # after the first push and after a server restarted
+        self.full_push_due = True  # PEFT adapter pushes: the base too (first push, restart, other writer)
         self.probes = 0
         self.watch: server_restarts.RestartWatch | None = None  # main process: restarts since the last checks
         self.recoveries = 0  # servers brought back (restarted, or gone and back) during training
@@ -181,6 +182,7 @@ class RolloutGeneration(VLLMGeneration):
             self.next_version = served + 1  # every server accepts it: all versions stay comparable
         self._set_facts(infos)
         self.probe_due = self.rollout_config.parity_probe
+        self.full_push_due = True
         self.recoveries += 1
 
     def _push_watching(self) -> bool:
@@ -205,18 +207,30 @@ class RolloutGeneration(VLLMGeneration):
         return result
 
     def _gather_only(self) -> None:
+        if self._adapter_pushes:  # nothing sharded to gather
+            return
         for _ in self._iter_named_params():  # the gathers are collectives
             pass
 
+    @property
+    def _adapter_pushes(self) -> bool:
+        sharded = self._dist.is_zero3 or self._dist.is_fsdp
+        return adapter_pushes.uses_adapter_pushes(self.model, self.rollout_config.adapter_pushes, sharded)
+
     def _push(self) -> None:
-        named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
-        named = push_dtype.cast(named, self.server_dtype)
+        lora = None
+        if self._adapter_pushes:
+            named, lora = adapter_pushes.adapter_push(self.model, self.full_push_due, self.server_dtype)
+        else:
+            named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
+            named = push_dtype.cast(named, self.server_dtype)
         try:
             version = self.client.update_weights(
                 named,
                 transport=self.rollout_config.transport,
                 version=self.next_version,
                 in_flight=self.rollout_config.in_flight,
+                lora=lora,
                 **self.rollout_config.transport_options,
             )
         except (ValueError, WeightSyncError) as exc:
@@ -225,6 +239,7 @@ class RolloutGeneration(VLLMGeneration):
                 raise
             raise mismatch from exc
         self.next_version = None
+        self.full_push_due = False
         self.pushed_version = int(version)
         self.pushed_versions.append(self.pushed_version)
         self.served_versions = self._server_versions()
@@ -325,6 +340,7 @@ class RolloutGeneration(VLLMGeneration):
             else:
                 stale += 1
                 self.probe_due = self.rollout_config.parity_probe
+                self.full_push_due = True
                 self.sync_weights()
 
     def _watched_round(
