@@ -27,6 +27,9 @@ from rollout.protocol.chat_messages import conversation_json, is_conversation, t
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.scoring import ScoreOutput, check_sequences, score_output, score_params
+from rollout.weights.lora import LoraTargets
+from rollout.weights.lora_export import update_source
 
 Prompt = str | list[int]
 Params = SamplingParams | Sequence[SamplingParams] | None
@@ -120,6 +123,17 @@ class LLM:
             texts.append(text)
         return self._generate_ids(token_prompts, params, texts, use_tqdm)
 
+    def score(
+        self, token_ids_list: Sequence[Sequence[int]], top_logprobs: int | None = None, use_tqdm: bool = False
+    ) -> list[ScoreOutput]:
+        """Teacher-forced logprobs of each given sequence (prompt + completion a trainer did not sample
+        here), in order: `ScoreOutput.logprobs[i]` is the logprob of token i + 1 given the tokens before
+        it, as a transformers forward computes it (rollout/scoring.py). Batched with everything else;
+        a sequence must fit the context with one token to spare (max_model_len - 1 tokens)."""
+        sequences = check_sequences(token_ids_list)
+        outputs = self._generate_ids(sequences, score_params(top_logprobs), [None] * len(sequences), use_tqdm)
+        return [score_output(output, top_logprobs) for output in outputs]
+
     def _generate_ids(
         self, token_prompts: list[list[int]], params: Params, texts: list[str | None], use_tqdm: bool
     ) -> list[RequestOutput]:
@@ -200,15 +214,21 @@ class LLM:
 
     def update_weights(
         self,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor] | torch.nn.Module,
         version: int | None = None,
         in_flight: str = "wait",
+        lora: LoraTargets | str | None = None,
     ) -> int:
         """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
-        requests left in `self.engine` (see rollout/engine/versions/in_flight.py)."""
+        requests left in `self.engine` (see rollout/engine/versions/in_flight.py).
+
+        A PEFT model sends its adapter only (`lora="adapter"`, the default for one) or its base
+        weights and adapter (`lora="full"`); named tensors with LoRA factors take `lora={module:
+        LoraTarget}` (rollout/weights/lora.py)."""
+        named_tensors, lora = update_source(named_tensors, lora)
         with self._lock:
             try:
-                return self.engine.update_weights(named_tensors, version, in_flight)
+                return self.engine.update_weights(named_tensors, version, in_flight, lora)
             finally:  # whatever was written (or rolled back) belongs to the version the engine holds
                 self._writes.seen(self.engine.weight_version)
 

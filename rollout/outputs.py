@@ -53,6 +53,9 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = False
     prompt: str | None = None
+    # With SamplingParams(prompt_logprobs=k): one entry per prompt token, the first None, each the
+    # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/prompt_logprobs.py).
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

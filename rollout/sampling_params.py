@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from rollout.logits_settings import check_logits_settings, has_logits_processors
 
 LOGPROBS_MODES = ("processed", "raw")
 # Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
@@ -51,6 +53,17 @@ class SamplingParams:
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     detokenize: bool = True
+    # Logits processors, vLLM's names and meanings (rollout/logits_settings.py checks them;
+    # rollout/engine/sample/logits_processors.py applies them).
+    min_tokens: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] = field(default_factory=tuple)  # tokenized by the front end (bad_words.py)
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+    # Per prompt token, its logprob and the top-k (RequestOutput.prompt_logprobs); None: none.
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
@@ -94,6 +107,17 @@ class SamplingParams:
             raise ValueError("stop: stop strings are matched on the text, so they need detokenize=True")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
+        check_logits_settings(self)
+
+    def __hash__(self) -> int:
+        """Hashable although logit_bias is a dict (vLLM's type): clients group prompts by their params."""
+        values = [getattr(self, f.name) for f in fields(self)]
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in values))
+
+    @property
+    def processes_logits(self) -> bool:
+        """Whether a logits processor beyond repetition penalty applies (rows without one skip them all)."""
+        return has_logits_processors(self)
 
     @property
     def greedy(self) -> bool:

@@ -39,7 +39,14 @@ RULES: dict[str, tuple[str, ...]] = {
     "rollout.weights": ("rollout.server", "rollout.client", "rollout.llm", "rollout.commands"),
 }
 EXEMPT = {"rollout.client.weight_push": ("torch",)}  # pushes tensors; imported lazily by the client
-SERVER_IMPORTERS = ("rollout.server", "rollout.commands", "rollout.demo", "rollout.bench", "rollout.fleet")
+SERVER_IMPORTERS = (
+    "rollout.server",
+    "rollout.commands",
+    "rollout.demo",
+    "rollout.bench",
+    "rollout.fleet",
+    "rollout.openai",  # the OpenAI-compatible front end runs on the server's engine loop
+)
 
 
 def module_name(path: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import grpc
 import pytest
@@ -91,3 +92,37 @@ def test_a_single_server_is_never_given_up_on() -> None:
             client.generate([[5, 6]], GREEDY)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert client.dead_servers == {}
+
+
+def test_a_dead_server_is_probed_at_most_once_per_interval_and_revived_takes_work() -> None:
+    balancer = LoadBalancer(["a", "b"], probe_interval_s=2.0)
+    balancer.mark_dead("a", "UNAVAILABLE")
+    t0 = time.monotonic() + 1e6  # far past the marking: due at once
+    assert balancer.due_for_probe(now=t0) == ["a"]
+    assert balancer.due_for_probe(now=t0 + 1.9) == []  # probed 1.9 s ago
+    assert balancer.due_for_probe(now=t0 + 2.0) == ["a"]
+    assert balancer.assign([5, 5]) == {"b": [0, 1]}
+    balancer.revive("a")
+    assert balancer.due_for_probe(now=t0 + 10) == []  # live servers are never probed
+    assert balancer.assign([1]) == {"a": [0]}  # b holds 10
+    assert balancer.dead == {}
+
+
+def test_a_server_written_off_gets_prompts_again_once_it_is_back() -> None:
+    """Failover writes a dead server off for the client; a restart on the same address must get
+    traffic again within seconds (a health probe before each call, at most every 2 s per server)."""
+    prompts = random_prompts(6, 2, 20, seed=5)
+    with serving() as b:
+        with serving() as a:
+            address_a, port_a = a.address, a.port
+            client = RolloutClient([address_a, b.address], max_retries=1)
+        client.generate(prompts, GREEDY)  # a is gone: every prompt fails over to b
+        assert address_a in client.dead_servers
+        with serving(make_engine(), port=port_a) as back:
+            deadline = time.monotonic() + 15
+            while not back.loop.counters["accepted"] and time.monotonic() < deadline:
+                client.generate(prompts, GREEDY)
+                time.sleep(0.5)
+            assert back.loop.counters["accepted"] > 0
+            assert client.dead_servers == {}
+        client.close()

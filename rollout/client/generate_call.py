@@ -22,6 +22,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.protocol import convert
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.score_wire import prompt_logprobs_from_proto
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -118,10 +119,11 @@ class GenerateCall:
         )
         samples: dict[int, dict[int, CompletionOutput]] = {i: {} for i in range(len(indices))}
         prompt_ids: dict[int, list[int]] = {}
+        prompt_logprobs: dict[int, list[pb.TopLogprobs]] = {}  # per prompt index, when asked for
         for attempt in attempts(self.servers.max_retries, self.deadline):
             try:
                 for response in self._stream(stub, request):
-                    self._record(response, samples, prompt_ids)
+                    self._record(response, samples, prompt_ids, prompt_logprobs)
                 break
             except grpc.RpcError as exc:
                 if (
@@ -131,7 +133,10 @@ class GenerateCall:
                     or self.servers.balancer.is_dead(address)
                 ):
                     raise  # a server another call gave up on is not waited for: the prompts re-route
-        return {indices[k]: self._output(messages[indices[k]], prompt_ids, k, s) for k, s in samples.items()}
+        return {
+            indices[k]: self._output(messages[indices[k]], prompt_ids, k, s, prompt_logprobs.get(k, []))
+            for k, s in samples.items()
+        }
 
     def _stream(
         self, stub: pb_grpc.RolloutServiceStub, request: pb.GenerateRequest
@@ -148,6 +153,7 @@ class GenerateCall:
         response: pb.GenerateResponse,
         samples: dict[int, dict[int, CompletionOutput]],
         prompt_ids: dict[int, list[int]],
+        prompt_logprobs: dict[int, list[pb.TopLogprobs]],
     ) -> None:
         want_logprobs = self.params.logprobs is not None
         want_top = bool(self.params.logprobs)
@@ -155,6 +161,7 @@ class GenerateCall:
         samples[response.prompt_index][sample.index] = sample  # a replay after a retry overwrites
         if response.prompt_token_ids:
             prompt_ids[response.prompt_index] = list(response.prompt_token_ids)
+            prompt_logprobs[response.prompt_index] = list(response.prompt_logprobs)
 
     def _output(
         self,
@@ -162,13 +169,16 @@ class GenerateCall:
         prompt_ids: dict[int, list[int]],
         k: int,
         samples: dict[int, CompletionOutput],
+        prompt_logprobs: list[pb.TopLogprobs],
     ) -> RequestOutput:
         if len(samples) != self.params.n or k not in prompt_ids:
             raise RuntimeError(
                 f"server stream for {message.request_id} ended with {len(samples)}/{self.params.n} samples"
             )
         outputs = [samples[i] for i in sorted(samples)]
-        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None)
+        asked = self.params.prompt_logprobs is not None
+        entries = prompt_logprobs_from_proto(prompt_logprobs, asked)
+        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None, entries)
 
     def _cancel_all(self) -> None:
         with self._lock:

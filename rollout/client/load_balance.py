@@ -5,13 +5,15 @@ with a long earlier call got as many new prompts as an idle one. `LoadBalancer` 
 the tokens this client has outstanding there (each prompt's tokens plus n * max_tokens, an upper
 bound of what it will compute) and gives each prompt group to the server with the fewest. A server
 that stops answering (UNAVAILABLE after the retries) is marked dead: it gets no more work from this
-client, and its unfinished prompts go to the live ones.
+client, and its unfinished prompts go to the live ones, until a health check finds it serving again
+(the client probes its dead servers, at most once per `probe_interval_s` each, before a call).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 logger = logging.getLogger(__name__)
@@ -24,9 +26,11 @@ class NoLiveServerError(ConnectionError):
 class LoadBalancer:
     """Outstanding tokens per server address, shared by every call of one client (thread-safe)."""
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(self, addresses: Sequence[str], probe_interval_s: float = 2.0) -> None:
         self._load = dict.fromkeys(addresses, 0)
         self._dead: dict[str, str] = {}  # address -> why
+        self._probed: dict[str, float] = {}  # dead address -> monotonic time of its last probe
+        self.probe_interval_s = probe_interval_s
         self._lock = threading.Lock()
 
     @property
@@ -58,8 +62,29 @@ class LoadBalancer:
 
     def mark_dead(self, address: str, why: str) -> None:
         with self._lock:
-            self._dead[address] = why
-            self._load[address] = 0
+            self._mark_dead_locked(address, why)
+
+    def _mark_dead_locked(self, address: str, why: str) -> None:
+        self._dead[address] = why
+        self._probed[address] = time.monotonic()
+        self._load[address] = 0
+
+    def due_for_probe(self, now: float | None = None) -> list[str]:
+        """Dead servers not probed for `probe_interval_s`; each is counted as probed now (one prober)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [a for a in self._dead if now - self._probed.get(a, 0.0) >= self.probe_interval_s]
+            for address in due:
+                self._probed[address] = now
+            return due
+
+    def revive(self, address: str) -> None:
+        """A dead server answers again (a restart): it takes work from the next assignment on."""
+        with self._lock:
+            if self._dead.pop(address, None) is None:
+                return
+            self._probed.pop(address, None)
+        logger.warning("rollout server %s answers again; it gets prompts again", address)
 
     def give_up(self, address: str, why: str) -> bool:
         """Marks `address` dead unless it is the last live server; True when its work may go elsewhere.
@@ -73,8 +98,7 @@ class LoadBalancer:
                 return any(a not in self._dead for a in self._load)
             if not any(a != address and a not in self._dead for a in self._load):
                 return False  # the last server: its error is the call's (a restart may bring it back)
-            self._dead[address] = why
-            self._load[address] = 0
+            self._mark_dead_locked(address, why)
         logger.warning("rollout server %s stopped answering (%s); its prompts go to the others", address, why)
         return True
 

@@ -24,12 +24,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rollout.client.boot_ids import BootIds
 from rollout.client.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
 from rollout.client.load_balance import LoadBalancer, prompt_cost
+from rollout.client.score_call import score_call
 from rollout.outputs import RequestOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_to_proto, is_conversation, message_chars
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.scoring import ScoreOutput, check_sequences, score_params
 
 if TYPE_CHECKING:
     from rollout.client.weight_push import WeightPusher
@@ -124,6 +126,20 @@ class RolloutClient:
                 results[i].prompt = prompt
         return results
 
+    def score(
+        self,
+        token_ids_list: Sequence[Sequence[int]],
+        top_logprobs: int | None = None,
+        request_id_prefix: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ScoreOutput]:
+        """Teacher-forced logprobs of each sequence, in order, as `LLM.score` (rollout/scoring.py)."""
+        sequences = check_sequences(token_ids_list)
+        score_params(top_logprobs)  # refuses a bad top_logprobs before anything is sent
+        deadline = deadline_of(self.timeout if timeout is None else timeout)
+        prefix = request_id_prefix or uuid.uuid4().hex
+        return score_call(self.servers, sequences, top_logprobs, prefix, deadline)
+
     def resume_aborted(
         self, outputs: list[RequestOutput], params: SamplingParams, timeout: float | None = None
     ) -> list[RequestOutput]:
@@ -155,6 +171,7 @@ class RolloutClient:
         request_id_prefix: str | None = None,
     ) -> list[RequestOutput]:
         """One call per address over `messages` (ids "<prefix>-<index>"), results in message order."""
+        self._revive_dead_servers()
         prefix = request_id_prefix or uuid.uuid4().hex
         for i, message in enumerate(messages):
             message.request_id = f"{prefix}-{i}"
@@ -162,6 +179,12 @@ class RolloutClient:
         costs = [prompt_cost(_prompt_size(m), params.n, params.max_tokens) for m in messages]
         call = GenerateCall(self.servers, convert.params_to_proto(params), params, prefix, deadline)
         return call.run(messages, costs)
+
+    def _revive_dead_servers(self) -> None:
+        """Gives a server this client wrote off its work back once a health check finds it serving."""
+        for address in self.balancer.due_for_probe():
+            if _serving(health_pb2_grpc.HealthStub(self.channels[address]), self.metadata, timeout=0.5):
+                self.balancer.revive(address)
 
     def _generate_per_prompt(
         self,
@@ -266,7 +289,9 @@ class RolloutClient:
     def update_weights(
         self, model_or_named_tensors: Any, transport: str = "grpc", version: int | None = None, **kwargs: Any
     ) -> int:
-        """Pushes weights to every server (see rollout.client.weight_push); returns the new version."""
+        """Pushes weights to every server (see rollout.client.weight_push); returns the new version.
+
+        A PEFT model sends its adapter only (`lora="full"`: base weights too)."""
         from rollout.client.weight_push import push_weights
 
         return push_weights(self, model_or_named_tensors, transport, version, **kwargs)
@@ -320,9 +345,13 @@ def _channel(address: str, tls: bool | str | Path | None, options: list[tuple[st
     return grpc.secure_channel(address, grpc.ssl_channel_credentials(root), options)
 
 
-def _serving(health: health_pb2_grpc.HealthStub, metadata: tuple[tuple[str, str], ...]) -> bool:
+def _serving(
+    health: health_pb2_grpc.HealthStub, metadata: tuple[tuple[str, str], ...], timeout: float = 1.0
+) -> bool:
     try:
-        reply = health.Check(health_pb2.HealthCheckRequest(service=_SERVICE), timeout=1.0, metadata=metadata)
+        reply = health.Check(
+            health_pb2.HealthCheckRequest(service=_SERVICE), timeout=timeout, metadata=metadata
+        )
     except grpc.RpcError:
         return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -28,6 +28,8 @@ from rollout.protocol.weights_wire import (
 from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, pack, plan_buckets
 from rollout.weights.disk import save_checkpoint
 from rollout.weights.group import READY_OK, GroupSpec, WeightGroup, host_store
+from rollout.weights.lora import LoraTargets
+from rollout.weights.lora_export import update_source
 from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
 from rollout.weights.streaming import DEFAULT_CHUNK_BYTES, iter_byte_chunks
 
@@ -80,9 +82,15 @@ class WeightPusher:
         abort_running: bool = False,
         in_flight: str = "wait",
         update_id: str | None = None,
+        lora: LoraTargets | str | None = None,
         **kwargs: Any,
     ) -> int:
         """Updates every server; returns the version now serving (the highest, if they differ).
+
+        A PEFT model sends only its adapter (`lora="adapter"`, the default for one: LoRA factors,
+        their scalings, other trainable tensors) or its base weights with the adapter (`lora="full"`,
+        for a server that does not hold this base yet); tensors with LoRA factors take
+        `lora={module: LoraTarget}` (rollout/weights/lora_export.py, rollout/weights/lora.py).
 
         `in_flight` ("wait" | "abort" | "keep" | "recompute") is what each server does to the
         requests generating when it commits (rollout/engine/versions/in_flight.py). `update_id` names the
@@ -91,10 +99,10 @@ class WeightPusher:
         """
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        named = None if model_or_named_tensors is None else _named(model_or_named_tensors)
+        named, lora = (None, lora) if model_or_named_tensors is None else _named(model_or_named_tensors, lora)
         if named is None and transport != "disk":
             raise ValueError("model_or_named_tensors: required for the grpc and distributed transports")
-        options = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex)
+        options = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex, lora)
         try:
             if transport == "grpc":
                 return self.push_grpc(named, options, **kwargs)
@@ -285,11 +293,11 @@ def pusher_for(client: Any) -> WeightPusher:
     return client if isinstance(client, WeightPusher) else client.weight_pusher
 
 
-def _named(model_or_named_tensors: nn.Module | NamedTensors) -> list[tuple[str, torch.Tensor]]:
-    source = model_or_named_tensors
-    if isinstance(source, nn.Module):
-        source = source.state_dict()
-    return unique_named_tensors(source)
+def _named(
+    model_or_named_tensors: nn.Module | NamedTensors, lora: LoraTargets | str | None
+) -> tuple[list[tuple[str, torch.Tensor]], LoraTargets | None]:
+    source, lora = update_source(model_or_named_tensors, lora)
+    return unique_named_tensors(source), lora
 
 
 def stream_requests(

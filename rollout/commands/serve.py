@@ -11,6 +11,7 @@ from pathlib import Path
 from rollout.commands.engine_args import add_engine_args, engine_config, loading_model, model_path
 from rollout.commands.ports import check_bindable, port_number
 from rollout.commands.usage import UsageError
+from rollout.openai.tool_parsers import PARSERS
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-message-mb", type=int, default=64, help="largest gRPC message, MiB (default 64)"
+    )
+    parser.add_argument(
+        "--openai-port",
+        type=port_number,
+        help="also serve the OpenAI-compatible HTTP API on this port, same engine and --host, --token "
+        "(needs rollout[openai]; docs/openai.md)",
+    )
+    parser.add_argument(
+        "--tool-call-parser",
+        choices=sorted(PARSERS),
+        help="how the OpenAI API reads tool calls in replies (default: picked from the chat template)",
+    )
+    parser.add_argument(
+        "--openai-max-body-mb", type=int, default=64, help="largest OpenAI request body, MiB (default 64)"
     )
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM (default 30)")
     parser.add_argument(
@@ -90,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         ).start()
     except OSError as exc:  # the port was taken while the model loaded
         raise UsageError(f"--port {args.port}: {exc}; pick another port, or 0 for a free one") from None
+    openai_server = _start_openai(args, server) if args.openai_port is not None else None
     if args.metrics_port is not None:
         http = serve_metrics_http(server.metrics, args.metrics_port)
         logger.info("metrics on http://127.0.0.1:%d/metrics", http.server_address[1])
@@ -99,7 +115,32 @@ def run(args: argparse.Namespace) -> int:
     _wait_for_signal()
     logger.info("draining (grace %.0f s)", args.grace)
     server.stop(grace=args.grace)
+    if openai_server is not None:
+        openai_server.stop()
     return 0
+
+
+def _start_openai(args: argparse.Namespace, server):
+    """The OpenAI-compatible front end on the gRPC server's engine loop and metrics."""
+    from rollout.openai.server import OpenAIServer
+
+    if args.tls_cert and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("the OpenAI API serves plain HTTP: put a TLS proxy in front of it off loopback")
+    try:
+        openai_server = OpenAIServer(
+            server.loop,
+            server.metrics,
+            host=args.host,
+            port=args.openai_port,
+            token=args.token,
+            tool_call_parser=args.tool_call_parser,
+            max_body_bytes=args.openai_max_body_mb * 2**20,
+        ).start()
+    except OSError as exc:
+        server.stop(grace=0.0)
+        raise UsageError(f"--openai-port {args.openai_port}: {exc}; pick another port, or 0") from None
+    print(f"rollout openai api on {openai_server.base_url}", flush=True)
+    return openai_server
 
 
 def check_serve_args(args: argparse.Namespace) -> None:
@@ -112,7 +153,19 @@ def check_serve_args(args: argparse.Namespace) -> None:
     check_bindable(args.host, args.port, "--port")
     if args.metrics_port is not None:
         check_bindable("127.0.0.1", args.metrics_port, "--metrics-port")
+    if args.openai_port is not None:
+        _check_openai_extra()
+        check_bindable(args.host, args.openai_port, "--openai-port")
     model_path(args)
+
+
+def _check_openai_extra() -> None:
+    try:
+        import rollout.openai.server  # noqa: F401  (FastAPI + uvicorn)
+    except ImportError as exc:
+        raise UsageError(
+            f"--openai-port needs the openai extra ({exc}): pip install 'rollout[openai]'"
+        ) from None
 
 
 def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:

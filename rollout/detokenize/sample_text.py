@@ -24,14 +24,15 @@ class SampleText:
         tokenizer: Any,
         prompt_ids: Sequence[int],
         params: SamplingParams,
-        min_tokens: int = 0,
+        min_tokens: int | None = None,
     ) -> None:
+        """`min_tokens` (default: the params'): output tokens whose text is not searched for stop strings."""
         self.detokenizer = IncrementalDetokenizer(
             tokenizer, list(prompt_ids), params.skip_special_tokens, params.spaces_between_special_tokens
         )
         self.stop = params.stop
         self.include_stop = params.include_stop_str_in_output
-        self.min_tokens = min_tokens
+        self.min_tokens = params.min_tokens if min_tokens is None else min_tokens
         self.text = ""
         self.num_tokens = 0  # output tokens pushed so far
         self.stop_string: str | None = None  # set once a stop string matched; nothing is pushed after

@@ -41,6 +41,9 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
             slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
         query_lens.append(item.num_new_tokens)
         seq_lens.append(end)
+        if item.prompt_rows:  # positions whose logits give prompt logprobs (engine/prompt_logprobs.py)
+            first = len(input_ids) - (end - item.prompt_rows.start)
+            logits_indices.extend(range(first, first + len(item.prompt_rows)))
         if item.samples:
             logits_indices.append(len(input_ids) - 1)
     max_blocks = max(len(item.seq.block_table) for item in sched.scheduled)

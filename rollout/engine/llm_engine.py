@@ -7,7 +7,6 @@ one thread (the offline `LLM` or the server's engine loop) drives it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -16,7 +15,7 @@ from rollout.config import EngineConfig
 from rollout.detokenize.finish_text import finish_text
 from rollout.detokenize.sample_text import SampleText
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
-from rollout.engine import kv_sizing
+from rollout.engine import kv_sizing, prompt_logprobs
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.early_finish import truncate_outputs
@@ -27,6 +26,8 @@ from rollout.engine.model.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.request import Request, Sequence
 from rollout.engine.runner import Runner, RunnerFactory, single_device
+from rollout.engine.sample.bad_words import with_bad_words_tokenized
+from rollout.engine.sample.logits_processors import check_against_vocab
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
@@ -35,6 +36,9 @@ from rollout.engine.versions.resume import check_partial, resume_into
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
+from rollout.weights.adapter_store import AdapterPlan, AdapterStore
+from rollout.weights.lora import LoraTargets, has_adapter_factors
+from rollout.weights.manifest import NamedTensors, WeightUpdateError, iter_named_tensors
 
 
 class LLMEngine:
@@ -78,9 +82,9 @@ class LLMEngine:
         if use_cuda_graphs(self.config, device, backend) and states is None:  # hybrids: per-sequence calls
             self.local_runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.runner: Runner = runner_factory(self.local_runner)
-        self.sampler = Sampler(self.config.seed)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
+        self.sampler = Sampler(self.config.seed, self.eos_token_ids)
         self.model_info = ModelInfo(
             name=model_name or getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__,
             architecture=type(self.model).__name__,
@@ -93,6 +97,7 @@ class LLMEngine:
             num_blocks=num_blocks,
         )
         self.requests: dict[str, Request] = {}
+        self.adapters = AdapterStore()  # LoRA adapters merged into their modules (weights/adapter_store.py)
         self._weight_version = 0
         self._arrivals = itertools.count()
         self._seq_ids = itertools.count()
@@ -137,6 +142,9 @@ class LLMEngine:
                 )
         if params.stop and self.tokenizer is None:
             raise ValueError("stop: stop strings are matched on the text, and this model has no tokenizer")
+        check_against_vocab(
+            with_bad_words_tokenized(params, self.tokenizer), self.vocab_size, self.eos_token_ids
+        )
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
         if params.logprobs is not None and params.logprobs > self.vocab_size:
@@ -156,9 +164,12 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
+        params = with_bad_words_tokenized(params, self.tokenizer)  # the server's RPC threads did it already
         request = Request(
             request_id, list(prompt_token_ids), params, next(self._arrivals), self._weight_version, prompt
         )
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = [None]  # the first prompt token has no logprob (vLLM's shape)
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
         if resume is not None:
             resume_into(request.sequences[0], resume)
@@ -182,7 +193,14 @@ class LLMEngine:
         self._num_requests_finished += 1
         outputs = [self._completion(request, seq) for seq in aborted + unborn]
         self._aborted.append(
-            RequestOutput(request_id, request.prompt_token_ids, outputs, True, request.prompt)
+            RequestOutput(
+                request_id,
+                request.prompt_token_ids,
+                outputs,
+                True,
+                request.prompt,
+                prompt_logprobs.complete_prompt_logprobs(request),
+            )
         )
         return True
 
@@ -227,6 +245,8 @@ class LLMEngine:
         return outputs + self._update(sched, logits)
 
     def _update(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+        if any(item.prompt_rows for item in sched.scheduled):
+            logits = self._collect_prompt_logprobs(sched, logits)
         sampling: list[Sequence] = []
         for item in sched.scheduled:
             seq, samples = item.seq, item.samples
@@ -242,6 +262,19 @@ class LLMEngine:
             if samples:
                 sampling.append(seq)
         return self._sample_and_append(logits, self._expand_forks(sampling))
+
+    def _collect_prompt_logprobs(self, sched: SchedulerOutput, logits: torch.Tensor) -> torch.Tensor:
+        """Takes each item's prompt-logprob rows (they precede its sampling row); returns the sampling rows."""
+        row, keep = 0, []
+        for item in sched.scheduled:
+            if item.prompt_rows:
+                count = len(item.prompt_rows)
+                prompt_logprobs.collect(item.seq.request, logits[row : row + count], item.prompt_rows)
+                row += count
+            if item.samples:
+                keep.append(row)
+                row += 1
+        return logits.index_select(0, to_device(keep, torch.int64, logits.device))
 
     def _expand_forks(self, sampling: list[Sequence]) -> list[list[Sequence]]:
         """Each sampling row feeds one sequence, or all n samples of a prompt that just finished prefill."""
@@ -268,7 +301,10 @@ class LLMEngine:
         if len(seqs) != len(groups):
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
-        rows = [SampleRow(seq.request.params, seq.sample_index, seq.token_ids) for seq in seqs]
+        rows = [
+            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens)
+            for seq in seqs
+        ]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
@@ -325,7 +361,12 @@ class LLMEngine:
         request.num_finished += 1
         out = finished.setdefault(
             request.request_id,
-            RequestOutput(request.request_id, request.prompt_token_ids, prompt=request.prompt),
+            RequestOutput(
+                request.request_id,
+                request.prompt_token_ids,
+                prompt=request.prompt,
+                prompt_logprobs=prompt_logprobs.complete_prompt_logprobs(request),
+            ),
         )
         out.outputs.append(self._completion(request, seq))
         if request.is_finished:
@@ -365,14 +406,17 @@ class LLMEngine:
 
     def update_weights(
         self,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        named_tensors: NamedTensors,
         version: int | None = None,
         in_flight: str = "wait",
+        lora: LoraTargets | None = None,
     ) -> int:
         """Writes the tensors in place, atomically (all validated first), then commits a new version.
 
         Call it between two `step()`s. `in_flight` says what happens to unfinished requests
-        (rollout/engine/versions/in_flight.py); "wait" refuses while there are any.
+        (rollout/engine/versions/in_flight.py); "wait" refuses while there are any. `lora` names the
+        modules whose LoRA factors (`<module>.lora_A.weight`, `.lora_B.weight`) the update carries;
+        each serves its base weight plus the adapter, merged (rollout/weights/adapter_store.py).
         """
         policy = InFlightPolicy(in_flight, self.config.max_staleness)
         if policy.needs_idle and self.has_unfinished_requests():
@@ -383,13 +427,31 @@ class LLMEngine:
         from rollout.weights.updater import check_next_version
 
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
+        plan = self._adapter_plan(named_tensors, lora)
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
-            checked_update.apply_checked(self.local_runner, named_tensors, self.max_model_len)
+            checked_update.apply_checked(self.local_runner, plan.tensors, self.max_model_len)
         else:
-            self.runner.write_weights(named_tensors)
+            self.runner.write_weights(plan.tensors)
+        self.adapters.commit(plan)
         version = self.commit_weight_version(version)
         self._apply_in_flight(policy.plan(list(self.requests.values()), version))
         return version
+
+    def resolve_update(
+        self, named_tensors: NamedTensors, lora: LoraTargets | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The tensors an update would write (adapters merged), without writing them (retry checks)."""
+        return dict(self._adapter_plan(named_tensors, lora).tensors)
+
+    def _adapter_plan(self, named_tensors: NamedTensors, lora: LoraTargets | None) -> AdapterPlan:
+        if self.config.tensor_parallel_size == 1:
+            return self.adapters.plan(self.model, named_tensors, lora)
+        items = list(iter_named_tensors(named_tensors))  # the sharded writer validates full tensors
+        if lora or has_adapter_factors(name for name, _ in items):
+            raise WeightUpdateError(
+                "LoRA adapter updates are not supported under tensor_parallel_size > 1; push the merged weights"
+            )
+        return AdapterPlan(items)
 
     def _apply_in_flight(self, plan: InFlightPlan) -> None:
         for request_id in plan.abort:

@@ -29,6 +29,9 @@ class Request:
     sequences: list[Sequence] = field(default_factory=list)
     forked: bool = False
     num_finished: int = 0
+    # With params.prompt_logprobs: one entry per prompt token computed so far, the first None
+    # (rollout/engine/prompt_logprobs.py).
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
     @property
     def n(self) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
+from rollout.engine.prompt_logprobs import needs_prompt_logits, prompt_positions
 from rollout.engine.request import Sequence, SequenceStatus
 
 
@@ -21,6 +22,9 @@ from rollout.engine.request import Sequence, SequenceStatus
 class ScheduledSequence:
     seq: Sequence
     num_new_tokens: int
+    # Positions of this step whose logits the runner also returns, before the sampling row, for
+    # prompt logprobs (rollout/engine/prompt_logprobs.py); empty for nearly every sequence.
+    prompt_rows: range = range(0)
 
     @property
     def samples(self) -> bool:
@@ -138,7 +142,8 @@ class Scheduler:
             seq = self.waiting[0]
             if seats + self._seats(seq) > self.max_num_seqs:
                 break
-            hit_tokens = self.block_manager.allocate_prefix(seq)
+            # cached blocks would skip computing positions whose prompt logprobs are still missing
+            hit_tokens = 0 if needs_prompt_logits(seq) else self.block_manager.allocate_prefix(seq)
             num_new_tokens = min(seq.num_pending_tokens, budget)
             if not self.block_manager.can_append(seq, num_new_tokens):
                 self.block_manager.free(seq)
@@ -154,7 +159,7 @@ class Scheduler:
         copy = self.block_manager.append_slots(seq, num_new_tokens)
         if copy is not None:
             out.blocks_to_copy.append(copy)
-        out.scheduled.append(ScheduledSequence(seq, num_new_tokens))
+        out.scheduled.append(ScheduledSequence(seq, num_new_tokens, prompt_positions(seq, num_new_tokens)))
         out.num_batched_tokens += num_new_tokens
         return num_new_tokens
 

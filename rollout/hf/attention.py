@@ -134,6 +134,12 @@ def paged_attention_tokens(
     rollout_context = _CURRENT.get()
     if rollout_context is None:
         raise RuntimeError(f"{ATTN_IMPLEMENTATION} attention runs only inside the rollout engine")
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:  # the cache holds one K/V row per token
+        raise ValueError(
+            f"layer {module.layer_idx}: the model hands attention {k.shape[0]} key/value rows for "
+            f"{q.shape[0]} query tokens (rows it adds itself, such as compressed or memory entries); the "
+            "engine caches exactly one key/value row per token"
+        )
     key_cache, value_cache = rollout_context.kv_caches[module.layer_idx]
     v_head_dim = v.shape[-1]
     if v_head_dim < value_cache.shape[-1]:  # zero columns of V give zero output columns, sliced off below

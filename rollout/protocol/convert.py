@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.processors_wire import processors_from_proto, processors_to_proto
+from rollout.protocol.score_wire import prompt_logprobs_to_proto
 from rollout.sampling_params import SamplingParams
 
 _FINISH_TO_PB = {
@@ -74,6 +76,7 @@ def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         value = getattr(params, name)
         if value is not None:
             setattr(message, name, value)
+    processors_to_proto(params, message)
     return message
 
 
@@ -84,6 +87,7 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
         if message.logprobs_mode not in _MODE_FROM_PB:
             raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
         kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
+    kwargs.update(processors_from_proto(message))
     return SamplingParams(
         **kwargs,
         stop_token_ids=tuple(message.stop_token_ids),
@@ -206,7 +210,10 @@ def spans_from_proto(messages) -> list[tuple[int, int]]:
 def result_to_proto(output: RequestOutput) -> pb.PromptResult:
     samples = [sample_to_proto(s) for s in output.outputs]
     return pb.PromptResult(
-        request_id=output.request_id, prompt_token_ids=output.prompt_token_ids, samples=samples
+        request_id=output.request_id,
+        prompt_token_ids=output.prompt_token_ids,
+        samples=samples,
+        prompt_logprobs=prompt_logprobs_to_proto(output.prompt_logprobs),
     )
 
 

@@ -66,8 +66,10 @@ def render_chat(
     messages: Sequence[Mapping[str, Any]],
     max_chars: int | None = None,
     tools: list | None = None,
+    add_generation_prompt: bool = True,
 ) -> str:
-    """The chat template applied to `messages` (and `tools`), ending with the assistant's generation prompt.
+    """The chat template applied to `messages` (and `tools`), ending with the assistant's generation prompt
+    (unless `add_generation_prompt` is False).
 
     Messages go to the template as they are (JSON values, see chat_messages.py): tool calls, tool
     results, names, content parts and reasoning reach it intact.
@@ -83,7 +85,7 @@ def render_chat(
     with _TOKENIZER_LOCK:
         try:
             return tokenizer.apply_chat_template(
-                list(messages), tools=tools, add_generation_prompt=True, tokenize=False
+                list(messages), tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
             )
         except TemplateError as exc:  # the template's own check of the messages (raise_exception)
             raise ValueError(f"messages: the chat template refused them: {exc}") from None
@@ -101,3 +103,21 @@ def tokenize_chat(
     check_text_chars(len(text), max_chars, "messages")
     with _TOKENIZER_LOCK:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text
+
+
+def detokenize(tokenizer: Any, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    """Output text as the offline engine writes it (special tokens skipped unless told otherwise)."""
+    with _TOKENIZER_LOCK:
+        return tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+
+def token_texts(tokenizer: Any, token_ids: Sequence[int]) -> list[str]:
+    """Each token's own text (special tokens spelled out), as OpenAI's logprobs entries name them."""
+    with _TOKENIZER_LOCK:
+        return tokenizer.batch_decode([[t] for t in token_ids], skip_special_tokens=False)
+
+
+def tokenize_rendered(tokenizer: Any, text: str) -> list[int]:
+    """Ids of text a chat template rendered: it holds its own special tokens, so none are added."""
+    with _TOKENIZER_LOCK:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])

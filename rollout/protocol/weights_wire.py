@@ -7,6 +7,7 @@ and the commit options the same way.
 from __future__ import annotations
 
 from rollout.protocol.generated import weights_pb2
+from rollout.weights.lora import LoraTarget, LoraTargets
 from rollout.weights.manifest import Manifest, TensorSpec
 
 GROUP_BACKENDS = {
@@ -34,7 +35,11 @@ def manifest_from_proto(message: weights_pb2.WeightManifest) -> Manifest:
 
 
 def commit_options(
-    version: int | None, abort_running: bool, in_flight: str = "wait", update_id: str = ""
+    version: int | None,
+    abort_running: bool,
+    in_flight: str = "wait",
+    update_id: str = "",
+    lora: LoraTargets | None = None,
 ) -> weights_pb2.CommitOptions:
     if in_flight not in IN_FLIGHT_TO_PB:
         raise ValueError(f"in_flight must be one of {tuple(IN_FLIGHT_TO_PB)}, got {in_flight!r}")
@@ -43,7 +48,25 @@ def commit_options(
         abort_running=abort_running,
         in_flight=IN_FLIGHT_TO_PB[in_flight],
         update_id=update_id,
+        lora_targets=lora_targets_to_proto(lora or {}),
     )
+
+
+def lora_targets_to_proto(lora: LoraTargets) -> list[weights_pb2.LoraTarget]:
+    return [
+        weights_pb2.LoraTarget(module=module, scaling=t.scaling, fan_in_fan_out=t.fan_in_fan_out)
+        for module, t in lora.items()
+    ]
+
+
+def lora_targets(options: weights_pb2.CommitOptions) -> dict[str, LoraTarget] | None:
+    """The update's LoRA targets by module (None: no adapters); ValueError naming a module listed twice."""
+    targets: dict[str, LoraTarget] = {}
+    for t in options.lora_targets:
+        if t.module in targets:
+            raise ValueError(f"lora_targets: module {t.module!r} listed twice")
+        targets[t.module] = LoraTarget(t.scaling, t.fan_in_fan_out)
+    return targets or None
 
 
 def in_flight_policy(options: weights_pb2.CommitOptions) -> str:

@@ -47,6 +47,7 @@ class LoopEvent:
     samples: list[CompletionOutput] = field(default_factory=list)
     finished: bool = False
     error: Exception | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # with the first samples, when asked for
 
 
 Detach = Callable[[str, "queue.SimpleQueue[LoopEvent]"], None]
@@ -90,15 +91,22 @@ class RequestHandle:
     def result(self, timeout: float | None = None) -> list[RequestOutput]:
         """Waits for every request; RequestOutputs in submit order, samples in index order."""
         samples: dict[str, list[CompletionOutput]] = {r: [] for r in self.request_ids}
+        prompt_logprobs: dict[str, list[dict[int, float] | None] | None] = {}
         while self._unfinished:
             event = self.next_event(timeout)
             samples[event.request_id].extend(event.samples)
-        return [self._output(r, s) for r, s in samples.items()]
+            if event.prompt_logprobs is not None:
+                prompt_logprobs[event.request_id] = event.prompt_logprobs
+        return [self._output(r, s, prompt_logprobs.get(r)) for r, s in samples.items()]
 
-    def _output(self, request_id: str, samples: list[CompletionOutput]) -> RequestOutput:
+    def _output(
+        self, request_id: str, samples: list[CompletionOutput], prompt_logprobs: list | None
+    ) -> RequestOutput:
         sub = self.submissions[request_id]
         samples.sort(key=lambda c: c.index)
-        return RequestOutput(request_id, list(sub.prompt_token_ids), samples, True, sub.prompt)
+        return RequestOutput(
+            request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, prompt_logprobs
+        )
 
     def cancel(self) -> None:
         """Detaches from every unfinished request (they are aborted if nobody else waits on them)."""

@@ -27,6 +27,7 @@ class Tracked:
     sinks: list[queue.SimpleQueue[LoopEvent]] = field(default_factory=list)
     in_engine: bool = False
     orphaned: bool = False  # every caller went away: aborted, and not cached (a retry regenerates)
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # once the engine sent them
 
     @property
     def request_id(self) -> str:
@@ -44,7 +45,9 @@ class Tracked:
     def output(self) -> RequestOutput:
         samples = sorted(self.samples, key=lambda c: c.index)
         sub = self.sub
-        return RequestOutput(sub.request_id, list(sub.prompt_token_ids), samples, True, sub.prompt)
+        return RequestOutput(
+            sub.request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, self.prompt_logprobs
+        )
 
 
 class RequestRegistry:
@@ -96,7 +99,12 @@ class RequestRegistry:
         if done is not None:
             self.finished.move_to_end(sub.request_id)
             self.counters["deduplicated"] += 1
-            sink.put(LoopEvent(sub.request_id, done.output().outputs, finished=True))
+            done_output = done.output()
+            sink.put(
+                LoopEvent(
+                    sub.request_id, done_output.outputs, True, prompt_logprobs=done_output.prompt_logprobs
+                )
+            )
             return None
         tracked = self.unfinished.get(sub.request_id)
         new = tracked is None
@@ -109,7 +117,9 @@ class RequestRegistry:
                 aborts.remove(sub.request_id)
                 tracked.orphaned = False
             if tracked.samples:
-                sink.put(LoopEvent(sub.request_id, list(tracked.samples)))
+                sink.put(
+                    LoopEvent(sub.request_id, list(tracked.samples), prompt_logprobs=tracked.prompt_logprobs)
+                )
         tracked.sinks.append(sink)
         return tracked if new else None
 
@@ -124,12 +134,19 @@ class RequestRegistry:
         tracked.orphaned = True
         return tracked
 
-    def deliver(self, tracked: Tracked, samples: list[CompletionOutput], finished: bool) -> None:
+    def deliver(
+        self,
+        tracked: Tracked,
+        samples: list[CompletionOutput],
+        finished: bool,
+        prompt_logprobs: list[dict[int, float] | None] | None = None,
+    ) -> None:
         """Sends samples to every caller; a finished request moves to the cache (unless orphaned)."""
         request_id = tracked.request_id
         tracked.samples.extend(samples)
+        tracked.prompt_logprobs = tracked.prompt_logprobs or prompt_logprobs
         for sink in tracked.sinks:
-            sink.put(LoopEvent(request_id, list(samples), finished=finished))
+            sink.put(LoopEvent(request_id, list(samples), finished, prompt_logprobs=tracked.prompt_logprobs))
         if not finished:
             return
         del self.unfinished[request_id]

@@ -13,6 +13,7 @@ import grpc
 
 import rollout
 from rollout.detokenize.finish_text import finish_text
+from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.outputs import CompletionOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_from_proto
@@ -24,6 +25,8 @@ from rollout.protocol.prompts import (
     tokenize_chat,
     tokenize_text,
 )
+from rollout.protocol.score_wire import prompt_logprobs_to_proto, score_result_to_proto
+from rollout.scoring import score_output, score_params
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
@@ -88,6 +91,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                         sample=convert.sample_to_proto(sample),
                         prompt_token_ids=sub.prompt_token_ids if first else [],
                         num_samples=n,
+                        prompt_logprobs=prompt_logprobs_to_proto(event.prompt_logprobs) if first else [],
                     )
         except HandleCancelledError:
             return
@@ -109,6 +113,25 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             abort_with(context, exc)
         return pb.GenerateBatchResponse(results=[convert.result_to_proto(o) for o in outputs])
 
+    def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
+        """Each sequence is a one-token request with prompt logprobs (rollout/scoring.py)."""
+        top = request.top_logprobs if request.HasField("top_logprobs") else None
+        try:
+            params = convert.params_to_proto(score_params(top))
+        except ValueError as exc:
+            abort_with(context, ValueError(f"top_logprobs: {exc}"))
+        prompts = [pb.Prompt(token_ids=seq) for seq in request.sequences]
+        batch = pb.GenerateBatchRequest(request_id=request.request_id, prompts=prompts, params=params)
+        handle = self._submit(batch, context)
+        _cancel_when_done(context, handle)
+        try:
+            results = [score_output(output, top) for output in handle.result()]
+        except HandleCancelledError:
+            context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
+        except Exception as exc:
+            abort_with(context, exc)
+        return pb.ScoreResponse(results=[score_result_to_proto(r) for r in results])
+
     def _submit(
         self, request: pb.GenerateRequest | pb.GenerateBatchRequest, context: grpc.ServicerContext
     ) -> RequestHandle:
@@ -125,6 +148,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             raise ValueError("prompts: at least one prompt is required")
         try:
             params = convert.params_from_proto(request.params)
+            # bad_words are tokenized here, on the RPC thread: the loop thread never tokenizes
+            params = with_bad_words_tokenized(params, self.loop.engine.tokenizer)
         except ValueError as exc:
             raise ValueError(f"params: {exc}") from None
         base_id = request.request_id or uuid.uuid4().hex

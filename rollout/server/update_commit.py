@@ -18,10 +18,11 @@ import grpc
 import torch
 
 from rollout.protocol.generated import weights_pb2
-from rollout.protocol.weights_wire import in_flight_policy, requested_version
+from rollout.protocol.weights_wire import in_flight_policy, lora_targets, requested_version
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.loop_jobs import wait_job
 from rollout.weights.ledger import UpdateLedger, equals_model
+from rollout.weights.lora import LoraTargets
 from rollout.weights.updater import check_next_version
 
 
@@ -55,6 +56,11 @@ class UpdateRequest:
     def in_flight(self) -> str:
         """The in-flight policy (rollout/engine/versions/in_flight.py); ValueError naming the field if invalid."""
         return in_flight_policy(self.options)
+
+    @property
+    def lora(self) -> LoraTargets | None:
+        """The LoRA adapters the update carries by module (rollout/weights/lora.py); None: none."""
+        return lora_targets(self.options)
 
 
 def precheck_version(engine: Any, ledger: UpdateLedger, request: UpdateRequest) -> int | None:
@@ -93,14 +99,14 @@ def commit_for_call(
         if known is not None:
             return known
         if ledger.is_retry_of_current(request.version, engine.weight_version) and equals_model(
-            engine.model, tensors
+            engine.model, engine.resolve_update(tensors, lora)
         ):
             return engine.weight_version
-        version = engine.update_weights(tensors, request.version, in_flight=policy)
+        version = engine.update_weights(tensors, request.version, in_flight=policy, lora=lora)
         ledger.record(request.update_id, version)
         return version
 
-    policy = request.in_flight
+    policy, lora = request.in_flight, request.lora
     if policy == "wait":
         future = loop.submit_exclusive(commit, request.options.abort_running)
     else:

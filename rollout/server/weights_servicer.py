@@ -39,7 +39,8 @@ from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, empty_bucket, plan_buc
 from rollout.weights.disk import load_checkpoint
 from rollout.weights.group import GroupSpec, WeightGroup
 from rollout.weights.ledger import UpdateLedger
-from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets, validate_manifest
+from rollout.weights.lora import validate_update
+from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets
 from rollout.weights.updater import StagedWeights
 
 SERVICE_NAME = weights_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
@@ -158,7 +159,7 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
         retried update id already set (nothing to receive then), else None."""
         engine = self._loop.engine
         known = precheck_version(engine, self._ledger, update)
-        validate_manifest(manifest, model_targets(engine.model))
+        validate_update(manifest, model_targets(engine.model), update.lora)
         return known
 
     def _refusal(self, manifest: Manifest, update: UpdateRequest) -> str | None:

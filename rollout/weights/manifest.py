@@ -97,21 +97,26 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def normalize_name(name: str) -> str:
-    """Maps a trainer-side name to the HF model's name; refuses unmerged LoRA adapter tensors."""
+    """Maps a trainer-side name to the HF model's name; refuses LoRA adapter tensors (lora.py reads them)."""
     parts = name.split(".")
     if any(marker in parts for marker in _LORA_MARKERS):
         raise WeightUpdateError(
-            f"{name} is a LoRA adapter tensor; the server holds merged weights only. Merge the adapter "
-            "before sending (peft: `merged = model.merge_and_unload()`, then send `merged.state_dict()`; "
-            "or `model.merge_adapter()`, send the base weights, then `model.unmerge_adapter()`)"
+            f"{name} is a LoRA adapter tensor; send it as an adapter update (client.update_weights(peft_model) "
+            "sends the factors with their scaling) or merge the adapter before sending (peft: "
+            "`merged = model.merge_and_unload()`, then send `merged.state_dict()`)"
         )
+    return strip_wrappers(name).replace(".base_layer.", ".")
+
+
+def strip_wrappers(name: str) -> str:
+    """`name` without the PEFT, DDP and torch.compile prefixes around the HF model's names."""
     stripped = True
     while stripped:
         stripped = False
         for prefix in _WRAPPER_PREFIXES:
             if name.startswith(prefix):
                 name, stripped = name.removeprefix(prefix), True
-    return name.replace(".base_layer.", ".")
+    return name
 
 
 def model_targets(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout import engine_factory
 from rollout.cli import main
-from rollout.engine.llm_engine import LLMEngine
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def no_model_load(monkeypatch) -> None:
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("the model loaded before the check")
 
-    monkeypatch.setattr(LLMEngine, "from_pretrained", refuse)
+    monkeypatch.setattr(engine_factory, "load_engine", refuse)
 
 
 def one_line_error(capsys) -> str:

@@ -61,6 +61,16 @@ def test_a_stop_string_ends_the_sample_at_the_token_that_completes_it(stop: str)
     assert llm.stats()["num_blocks_free"] == free
 
 
+def test_no_stop_string_ends_a_sample_before_min_tokens() -> None:
+    """vLLM's rule: the text of the first min_tokens output tokens is not searched for stop strings."""
+    llm = make_llm()
+    early = [s for samples in sampled(llm, stop=["a"]) for s in samples if s.finish_reason == "stop"]
+    assert any(len(s.token_ids) < 6 for s in early)  # without min_tokens some stop within 5 tokens
+    held = [s for samples in sampled(llm, stop=["a"], min_tokens=6) for s in samples]
+    assert all(len(s.token_ids) >= 6 for s in held)
+    assert any(s.finish_reason == "stop" and s.stop_reason == "a" for s in held)
+
+
 def test_include_stop_str_in_output_keeps_the_string_and_only_it() -> None:
     llm = make_llm()
     full, kept = sampled(llm), sampled(llm, stop=["ce"], include_stop_str_in_output=True)

@@ -60,6 +60,15 @@ def test_refused_family_names_the_cause(family: Family) -> None:
     assert type(build(family)).__name__ in message
 
 
+@pytest.mark.parametrize("backend", ["torch", "sdpa"])
+def test_a_model_adding_its_own_key_rows_is_refused_by_row_count_on_every_backend(backend: str) -> None:
+    """deepseek_v4's compressed layers append entries to the keys; the torch backend crashed the load
+    with an IndexError and the CPU one blamed a layout precondition."""
+    family = next(f for f in REFUSED if f.model_type == "deepseek_v4")
+    with pytest.raises(UnsupportedModelError, match=r"key/value rows for \d+ query tokens"):
+        LLM(model=build(family), config=EngineConfig(**{**CONFIG, "attention_backend": backend}))
+
+
 def test_self_check_refuses_a_backend_that_ignores_attention_sinks() -> None:
     """The numeric oracle catches what static checks let through: gpt-oss with its sinks dropped."""
     model = LLM(model=build(_family("gpt_oss")), config=EngineConfig(**CONFIG)).engine.model

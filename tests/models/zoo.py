@@ -249,6 +249,42 @@ REFUSED: tuple[Family, ...] = (
         _cfg(tf.DeepseekV32Config, **{**_MLA, "q_lora_rank": 16}),
         "fails in a forward without a dense attention mask",
     ),
+    Family(
+        "deepseek_v4",
+        _cfg(
+            tf.DeepseekV4Config,
+            layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+            compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+        ),
+        "key/value rows for",  # compressed entries appended to the keys: one row per token no longer holds
+    ),
+    Family(
+        "kimi_linear", _cfg(tf.KimiLinearConfig), "model.layers.0 holds self_attn: KimiLinearDeltaAttention"
+    ),
+    Family(
+        "bailing_hybrid",
+        _cfg(tf.BailingHybridConfig),
+        "model.layers.0 holds self_attn: BailingHybridDeltaAttention",
+    ),
+    Family(
+        "mamba",
+        lambda: tf.MambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8),
+        "keep state between steps (backbone.layers.0: MambaBlock)",
+    ),
+    Family(
+        "recurrent_gemma",
+        lambda: tf.RecurrentGemmaConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            lru_width=64,
+            attention_window_size=16,
+        ),
+        "keep state between steps (model.layers.0: RecurrentGemmaDecoderLayer)",
+    ),
 )
 
 

@@ -68,9 +68,10 @@ class LocalClient:
         transport: str = "grpc",
         version: int | None = None,
         in_flight: str = "wait",
+        lora: object = None,
     ) -> int:
         self.in_flight_policies.append(in_flight)
-        return self.llm.update_weights(named_tensors, version, in_flight=in_flight)
+        return self.llm.update_weights(named_tensors, version, in_flight=in_flight, lora=lora)
 
 
 def make_trainer(
@@ -194,8 +195,8 @@ def test_another_writer_pushing_every_round_is_refused_not_trained_on(tmp_path, 
 
 
 def test_generation_kwargs_without_a_rollout_equivalent_are_refused(tmp_path, monkeypatch) -> None:
-    with pytest.raises(ValueError, match="presence_penalty"):
-        make_trainer(tmp_path, monkeypatch, generation_kwargs={"presence_penalty": 0.5})
+    with pytest.raises(ValueError, match="truncate_prompt_tokens"):  # presence_penalty maps now (issue 30)
+        make_trainer(tmp_path, monkeypatch, generation_kwargs={"truncate_prompt_tokens": 8})
 
 
 def test_config_names_the_bad_field() -> None:

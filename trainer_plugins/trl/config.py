@@ -40,6 +40,9 @@ class RolloutConfig:
     per-token behaviour logprobs. `max_lag`: how many pushes a trained round's oldest token may be
     behind the trainer's weights (1: the round generated during the previous step); an older round
     is never trained on, it is generated again.
+    `adapter_pushes`: with a PEFT LoRA policy, push only the adapter each step (the base weights
+    with it on the first push and after a server restart); False pushes the merged weights every
+    step (adapter_pushes.py).
     """
 
     server: str | list[str] = "127.0.0.1:50051"
@@ -55,6 +58,7 @@ class RolloutConfig:
     in_flight: str = "wait"
     async_generation: bool = False
     max_lag: int = 1
+    adapter_pushes: bool = True
 
     def __post_init__(self) -> None:
         servers = [self.server] if isinstance(self.server, str) else list(self.server)

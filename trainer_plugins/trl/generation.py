@@ -22,9 +22,10 @@ from rollout.client import RolloutClient
 from rollout.client.weight_push import WeightSyncError
 from rollout.sampling_params import SamplingParams
 
-from . import parity_probe, push_dtype, server_checks, server_restarts
+from . import adapter_pushes, parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
+from .generation_kwargs import LOGITS_PROCESSOR_KWARGS, logits_processor_kwargs, refusal_reasons
 from .rollout_batch import RolloutBatch
 from .text_settings import TEXT_GENERATION_KWARGS
 from .truncation import TruncationCorrection
@@ -33,7 +34,13 @@ logger = logging.getLogger(__name__)
 
 # generation_kwargs keys (vLLM SamplingParams names) that have a rollout equivalent, same meaning.
 # Stop strings end the returned token ids at the token that completed the match, as vLLM's do.
-SUPPORTED_GENERATION_KWARGS = ("seed", "stop_token_ids", "ignore_eos") + TEXT_GENERATION_KWARGS
+SUPPORTED_GENERATION_KWARGS = (
+    "seed",
+    "stop_token_ids",
+    "ignore_eos",
+    *LOGITS_PROCESSOR_KWARGS,
+    *TEXT_GENERATION_KWARGS,
+)
 # Restarts ridden out in a row within one push or one round before training stops.
 MAX_RECOVERIES = 3
 
@@ -54,6 +61,7 @@ class RolloutGeneration(VLLMGeneration):
         self.async_rounds: AsyncRounds | None = None  # set by the trainer in async mode
         self.served_versions: dict[str, int] = {}  # per server address, right after our last push
         self.probe_due = config.parity_probe  # after the first push and after a server restarted
+        self.full_push_due = True  # PEFT adapter pushes: the base too (first push, restart, other writer)
         self.probes = 0
         self.watch: server_restarts.RestartWatch | None = None  # main process: restarts since the last checks
         self.recoveries = 0  # servers brought back (restarted, or gone and back) during training
@@ -82,7 +90,9 @@ class RolloutGeneration(VLLMGeneration):
 
     def _init_vllm(self) -> None:
         """Connects (main process only) and checks the server hosts the trainer's model."""
-        self.sampling_params(1, max_tokens=1)  # fail fast on unsupported generation settings, everywhere
+        # fail fast on unsupported generation settings, everywhere (min_tokens is checked against the
+        # completion length; without one, the servers' context bounds it)
+        self.sampling_params(1, max_tokens=self.max_completion_length or 1 << 30)
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
             self.watch = server_restarts.RestartWatch(self.client)
@@ -114,9 +124,10 @@ class RolloutGeneration(VLLMGeneration):
         unsupported = sorted(set(self.generation_kwargs) - set(SUPPORTED_GENERATION_KWARGS))
         if unsupported:
             raise ValueError(
-                f"generation_kwargs {unsupported} have no rollout equivalent; supported: {SUPPORTED_GENERATION_KWARGS}"
+                f"generation_kwargs {unsupported} have no rollout equivalent; supported: "
+                f"{SUPPORTED_GENERATION_KWARGS}{refusal_reasons(unsupported)}"
             )
-        extra = dict(self.generation_kwargs)
+        extra = logits_processor_kwargs(self.generation_kwargs)
         eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
         stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
         return SamplingParams(
@@ -179,6 +190,7 @@ class RolloutGeneration(VLLMGeneration):
             self.next_version = served + 1  # every server accepts it: all versions stay comparable
         self._set_facts(infos)
         self.probe_due = self.rollout_config.parity_probe
+        self.full_push_due = True
         self.recoveries += 1
 
     def _push_watching(self) -> bool:
@@ -203,18 +215,30 @@ class RolloutGeneration(VLLMGeneration):
         return result
 
     def _gather_only(self) -> None:
+        if self._adapter_pushes:  # nothing sharded to gather
+            return
         for _ in self._iter_named_params():  # the gathers are collectives
             pass
 
+    @property
+    def _adapter_pushes(self) -> bool:
+        sharded = self._dist.is_zero3 or self._dist.is_fsdp
+        return adapter_pushes.uses_adapter_pushes(self.model, self.rollout_config.adapter_pushes, sharded)
+
     def _push(self) -> None:
-        named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
-        named = push_dtype.cast(named, self.server_dtype)
+        lora = None
+        if self._adapter_pushes:
+            named, lora = adapter_pushes.adapter_push(self.model, self.full_push_due, self.server_dtype)
+        else:
+            named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
+            named = push_dtype.cast(named, self.server_dtype)
         try:
             version = self.client.update_weights(
                 named,
                 transport=self.rollout_config.transport,
                 version=self.next_version,
                 in_flight=self.rollout_config.in_flight,
+                lora=lora,
                 **self.rollout_config.transport_options,
             )
         except (ValueError, WeightSyncError) as exc:
@@ -223,6 +247,7 @@ class RolloutGeneration(VLLMGeneration):
                 raise
             raise mismatch from exc
         self.next_version = None
+        self.full_push_due = False
         self.pushed_version = int(version)
         self.pushed_versions.append(self.pushed_version)
         self.served_versions = self._server_versions()
@@ -323,6 +348,7 @@ class RolloutGeneration(VLLMGeneration):
             else:
                 stale += 1
                 self.probe_due = self.rollout_config.parity_probe
+                self.full_push_due = True
                 self.sync_weights()
 
     def _watched_round(

@@ -18,6 +18,7 @@ from typing import Any
 from rollout.outputs import CompletionOutput
 
 from .config import RolloutConfig
+from .generation_kwargs import reshaping_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,14 @@ class TruncationCorrection:
                 "ignore, so the importance-sampling ratio is biased; set repetition_penalty=1.0 or "
                 "vllm_importance_sampling_correction=False.",
                 trainer.repetition_penalty,
+            )
+        reshaping = reshaping_kwargs(trainer.args.generation_kwargs)
+        if corrected and reshaping:
+            logger.warning(
+                "rollout: generation_kwargs %s reshape the sampling distribution (the server's processed logprobs "
+                "include them), which TRL's recomputed logprobs ignore, so the importance-sampling ratio is "
+                "biased; unset them or set vllm_importance_sampling_correction=False.",
+                reshaping,
             )
         return self
 

@@ -120,10 +120,37 @@ def _check_layer_indices(model: PreTrainedModel) -> None:
         if hasattr(m, "layer_idx") and hasattr(m, "is_causal") and m.is_causal
     )
     if indices != expected:
+        missing = [i for i in expected if i not in indices]
         raise ValueError(
             f"{type(model).__name__}: expected one causal attention module per attention layer ({expected}), "
-            f"found {indices}; this architecture is not supported"
+            f"found {indices}; {_describe_layers(model, missing)}; this architecture is not supported"
         )
+
+
+def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
+    """What sits where the engine looked for attention: each layer's token mixers (not norms or MLPs)."""
+    layers = next(
+        (
+            (name, m)
+            for name, m in model.named_modules()
+            if name.endswith("layers") and isinstance(m, torch.nn.ModuleList)
+        ),
+        None,
+    )
+    if layers is None or not layer_indices:
+        return "no layer list found to name them"
+    name, modules = layers
+    described = []
+    for i in layer_indices[:4]:
+        if i >= len(modules):
+            continue
+        mixers = [
+            f"{child}: {type(m).__name__}"
+            for child, m in modules[i].named_children()
+            if not any(word in child.lower() for word in ("norm", "mlp", "moe", "ffn", "dropout"))
+        ]
+        described.append(f"{name}.{i} holds {', '.join(mixers) or type(modules[i]).__name__}")
+    return "layers without one: " + "; ".join(described)
 
 
 def model_max_len(model: PreTrainedModel) -> int:

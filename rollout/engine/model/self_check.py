@@ -45,8 +45,10 @@ def run_self_check(
     name = f"{type(model).__name__} (model_type {model.config.get_text_config().model_type!r})"
     try:
         got = _engine_logits(model, spec, backend, block_size, seqs, device)
-    except (RuntimeError, ValueError) as exc:
-        raise UnsupportedModelError(f"{name} fails in the engine's forward: {exc}") from exc
+    except Exception as exc:  # whatever breaks, the model is refused with the cause, never crashes the load
+        raise UnsupportedModelError(
+            f"{name} fails in the engine's forward ({type(exc).__name__}: {exc})"
+        ) from exc
     want = _eager_logits(model, seqs, device)
     err = max(
         ((g - w).abs().max() / w.abs().max().clamp_min(1.0)).item() for g, w in zip(got, want, strict=True)

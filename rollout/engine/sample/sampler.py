@@ -1,7 +1,8 @@
 """Sampler: logits -> tokens and the logprobs of the distribution each token was drawn from.
 
-Order of processing (vLLM's and TRL's expectation): repetition penalty, temperature, top-k, top-p,
-min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
+Order of processing (vLLM's and TRL's expectation): logit bias, repetition, frequency and presence
+penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), temperature,
+top-k, top-p, min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
 of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
 (seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
@@ -22,6 +23,7 @@ import torch
 
 from rollout.engine.host_to_device import to_device
 from rollout.engine.sample.exponential_race import exponential_race
+from rollout.engine.sample.logits_processors import apply_logit_bias, apply_penalties_and_bans
 from rollout.engine.sample.sampling_noise import row_state, sample_key
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
@@ -33,6 +35,7 @@ class SampleRow:
     params: SamplingParams
     sample_index: int  # which of the request's n samples: with params.seed, the noise key
     seen_token_ids: list[int]  # prompt + output so far: the repetition penalty; its length is the position
+    num_prompt_tokens: int = 0  # seen_token_ids[num_prompt_tokens:] is the output (penalties, bans)
 
 
 @dataclass(slots=True)
@@ -45,7 +48,8 @@ class SamplerOutput:
 
 
 class Sampler:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, eos_token_ids: frozenset[int] = frozenset()) -> None:
+        self.eos_token_ids = eos_token_ids  # what min_tokens bans besides stop_token_ids
         self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
         self._workspace = Workspace()  # the noise's [rows, vocab] buffers, reused every step
 
@@ -54,7 +58,12 @@ class Sampler:
         raw_logprobs = (
             torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
         )
+        processing = [row for row in rows if row.params.processes_logits]  # usually none: nothing to do
+        if processing:
+            logits = apply_logit_bias(logits, rows)
         logits = _apply_repetition_penalty(logits, rows)
+        if processing:
+            logits = apply_penalties_and_bans(logits, rows, self.eos_token_ids)
         scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
         logits = _apply_top_p(logits, rows)

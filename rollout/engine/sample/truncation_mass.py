@@ -19,7 +19,8 @@ def kept_log_mass(scaled: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor
     if truncated is scaled:
         return torch.zeros(scaled.shape[0], dtype=torch.float32, device=scaled.device)
     kept = torch.logsumexp(truncated.float(), dim=-1) - torch.logsumexp(scaled.float(), dim=-1)
-    untouched = torch.isfinite(truncated).all(dim=-1)
+    # the bans (-inf before truncation) are part of `scaled`: only tokens the filters dropped count
+    untouched = (torch.isfinite(truncated) == torch.isfinite(scaled)).all(dim=-1)
     return torch.where(untouched, torch.zeros_like(kept), kept.clamp(max=0.0))
 
 

@@ -75,6 +75,11 @@ class RolloutServiceStub:
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.GetMetricsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.GetMetricsResponse.FromString,
                 _registered_method=True)
+        self.Score = channel.unary_unary(
+                '/rollout.v1.RolloutService/Score',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ScoreRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ScoreResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServiceServicer:
@@ -141,6 +146,15 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Score(self, request, context):
+        """Teacher-forced logprobs of whole given sequences (a reference model's or off-policy data's):
+        each sequence runs as a prompt with prompt logprobs through the same engine steps as Generate,
+        batched with them and sharing the prefix cache. Same request_id semantics as GenerateBatch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +197,11 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.GetMetrics,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.GetMetricsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.GetMetricsResponse.SerializeToString,
+            ),
+            'Score': grpc.unary_unary_rpc_method_handler(
+                    servicer.Score,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ScoreRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ScoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +421,33 @@ class RolloutService:
             '/rollout.v1.RolloutService/GetMetrics',
             rollout_dot_v1_dot_rollout__pb2.GetMetricsRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.GetMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Score(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/Score',
+            rollout_dot_v1_dot_rollout__pb2.ScoreRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ScoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

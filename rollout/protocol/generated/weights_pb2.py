@@ -24,47 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/weights.proto\x12\nrollout.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"9\n\x0eWeightManifest\x12\'\n\x07tensors\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TensorSpec\"\x8a\x01\n\rCommitOptions\x12\x14\n\x07version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rabort_running\x18\x02 \x01(\x08\x12-\n\tin_flight\x18\x03 \x01(\x0e\x32\x1a.rollout.v1.InFlightPolicy\x12\x11\n\tupdate_id\x18\x04 \x01(\tB\n\n\x08_version\"n\n\x12WeightUpdateHeader\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"+\n\x0bWeightChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"}\n\x14UpdateWeightsRequest\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.rollout.v1.WeightUpdateHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.rollout.v1.WeightChunkH\x00\x42\t\n\x07payload\"W\n\x15UpdateWeightsResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\"\xa8\x01\n\x16InitWeightGroupRequest\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x05\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12/\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x1e.rollout.v1.WeightGroupBackend\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\"\x19\n\x17InitWeightGroupResponse\"\xa2\x01\n\x1dUpdateWeightsFromGroupRequest\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12\x11\n\tupdate_id\x18\x03 \x01(\t\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x03\"8\n\x1eUpdateWeightsFromGroupResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\"X\n\x1cUpdateWeightsFromDiskRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"L\n\x1dUpdateWeightsFromDiskResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\"\x19\n\x17\x43loseWeightGroupRequest\"\x1a\n\x18\x43loseWeightGroupResponse*\xa4\x01\n\x0eInFlightPolicy\x12 \n\x1cIN_FLIGHT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15IN_FLIGHT_POLICY_WAIT\x10\x01\x12\x1a\n\x16IN_FLIGHT_POLICY_ABORT\x10\x02\x12\x19\n\x15IN_FLIGHT_POLICY_KEEP\x10\x03\x12\x1e\n\x1aIN_FLIGHT_POLICY_RECOMPUTE\x10\x04*x\n\x12WeightGroupBackend\x12$\n WEIGHT_GROUP_BACKEND_UNSPECIFIED\x10\x00\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_GLOO\x10\x01\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_NCCL\x10\x02\x32\x85\x04\n\x11WeightSyncService\x12V\n\rUpdateWeights\x12 .rollout.v1.UpdateWeightsRequest\x1a!.rollout.v1.UpdateWeightsResponse(\x01\x12Z\n\x0fInitWeightGroup\x12\".rollout.v1.InitWeightGroupRequest\x1a#.rollout.v1.InitWeightGroupResponse\x12o\n\x16UpdateWeightsFromGroup\x12).rollout.v1.UpdateWeightsFromGroupRequest\x1a*.rollout.v1.UpdateWeightsFromGroupResponse\x12l\n\x15UpdateWeightsFromDisk\x12(.rollout.v1.UpdateWeightsFromDiskRequest\x1a).rollout.v1.UpdateWeightsFromDiskResponse\x12]\n\x10\x43loseWeightGroup\x12#.rollout.v1.CloseWeightGroupRequest\x1a$.rollout.v1.CloseWeightGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/weights.proto\x12\nrollout.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"9\n\x0eWeightManifest\x12\'\n\x07tensors\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TensorSpec\"\xb8\x01\n\rCommitOptions\x12\x14\n\x07version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rabort_running\x18\x02 \x01(\x08\x12-\n\tin_flight\x18\x03 \x01(\x0e\x32\x1a.rollout.v1.InFlightPolicy\x12\x11\n\tupdate_id\x18\x04 \x01(\t\x12,\n\x0clora_targets\x18( \x03(\x0b\x32\x16.rollout.v1.LoraTargetB\n\n\x08_version\"E\n\nLoraTarget\x12\x0e\n\x06module\x18\x01 \x01(\t\x12\x0f\n\x07scaling\x18\x02 \x01(\x01\x12\x16\n\x0e\x66\x61n_in_fan_out\x18\x03 \x01(\x08\"n\n\x12WeightUpdateHeader\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"+\n\x0bWeightChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"}\n\x14UpdateWeightsRequest\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.rollout.v1.WeightUpdateHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.rollout.v1.WeightChunkH\x00\x42\t\n\x07payload\"W\n\x15UpdateWeightsResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\"\xa8\x01\n\x16InitWeightGroupRequest\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x05\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12/\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x1e.rollout.v1.WeightGroupBackend\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\"\x19\n\x17InitWeightGroupResponse\"\xa2\x01\n\x1dUpdateWeightsFromGroupRequest\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12\x11\n\tupdate_id\x18\x03 \x01(\t\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x03\"8\n\x1eUpdateWeightsFromGroupResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\"X\n\x1cUpdateWeightsFromDiskRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"L\n\x1dUpdateWeightsFromDiskResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\"\x19\n\x17\x43loseWeightGroupRequest\"\x1a\n\x18\x43loseWeightGroupResponse*\xa4\x01\n\x0eInFlightPolicy\x12 \n\x1cIN_FLIGHT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15IN_FLIGHT_POLICY_WAIT\x10\x01\x12\x1a\n\x16IN_FLIGHT_POLICY_ABORT\x10\x02\x12\x19\n\x15IN_FLIGHT_POLICY_KEEP\x10\x03\x12\x1e\n\x1aIN_FLIGHT_POLICY_RECOMPUTE\x10\x04*x\n\x12WeightGroupBackend\x12$\n WEIGHT_GROUP_BACKEND_UNSPECIFIED\x10\x00\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_GLOO\x10\x01\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_NCCL\x10\x02\x32\x85\x04\n\x11WeightSyncService\x12V\n\rUpdateWeights\x12 .rollout.v1.UpdateWeightsRequest\x1a!.rollout.v1.UpdateWeightsResponse(\x01\x12Z\n\x0fInitWeightGroup\x12\".rollout.v1.InitWeightGroupRequest\x1a#.rollout.v1.InitWeightGroupResponse\x12o\n\x16UpdateWeightsFromGroup\x12).rollout.v1.UpdateWeightsFromGroupRequest\x1a*.rollout.v1.UpdateWeightsFromGroupResponse\x12l\n\x15UpdateWeightsFromDisk\x12(.rollout.v1.UpdateWeightsFromDiskRequest\x1a).rollout.v1.UpdateWeightsFromDiskResponse\x12]\n\x10\x43loseWeightGroup\x12#.rollout.v1.CloseWeightGroupRequest\x1a$.rollout.v1.CloseWeightGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.weights_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INFLIGHTPOLICY']._serialized_start=1316
-  _globals['_INFLIGHTPOLICY']._serialized_end=1480
-  _globals['_WEIGHTGROUPBACKEND']._serialized_start=1482
-  _globals['_WEIGHTGROUPBACKEND']._serialized_end=1602
+  _globals['_INFLIGHTPOLICY']._serialized_start=1433
+  _globals['_INFLIGHTPOLICY']._serialized_end=1597
+  _globals['_WEIGHTGROUPBACKEND']._serialized_start=1599
+  _globals['_WEIGHTGROUPBACKEND']._serialized_end=1719
   _globals['_TENSORSPEC']._serialized_start=40
   _globals['_TENSORSPEC']._serialized_end=96
   _globals['_WEIGHTMANIFEST']._serialized_start=98
   _globals['_WEIGHTMANIFEST']._serialized_end=155
   _globals['_COMMITOPTIONS']._serialized_start=158
-  _globals['_COMMITOPTIONS']._serialized_end=296
-  _globals['_WEIGHTUPDATEHEADER']._serialized_start=298
-  _globals['_WEIGHTUPDATEHEADER']._serialized_end=408
-  _globals['_WEIGHTCHUNK']._serialized_start=410
-  _globals['_WEIGHTCHUNK']._serialized_end=453
-  _globals['_UPDATEWEIGHTSREQUEST']._serialized_start=455
-  _globals['_UPDATEWEIGHTSREQUEST']._serialized_end=580
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=582
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=669
-  _globals['_INITWEIGHTGROUPREQUEST']._serialized_start=672
-  _globals['_INITWEIGHTGROUPREQUEST']._serialized_end=840
-  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_start=842
-  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_end=867
-  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_start=870
-  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_end=1032
-  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_start=1034
-  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_end=1090
-  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_start=1092
-  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_end=1180
-  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_start=1182
-  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_end=1258
-  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_start=1260
-  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_end=1285
-  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_start=1287
-  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_end=1313
-  _globals['_WEIGHTSYNCSERVICE']._serialized_start=1605
-  _globals['_WEIGHTSYNCSERVICE']._serialized_end=2122
+  _globals['_COMMITOPTIONS']._serialized_end=342
+  _globals['_LORATARGET']._serialized_start=344
+  _globals['_LORATARGET']._serialized_end=413
+  _globals['_WEIGHTUPDATEHEADER']._serialized_start=415
+  _globals['_WEIGHTUPDATEHEADER']._serialized_end=525
+  _globals['_WEIGHTCHUNK']._serialized_start=527
+  _globals['_WEIGHTCHUNK']._serialized_end=570
+  _globals['_UPDATEWEIGHTSREQUEST']._serialized_start=572
+  _globals['_UPDATEWEIGHTSREQUEST']._serialized_end=697
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=699
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=786
+  _globals['_INITWEIGHTGROUPREQUEST']._serialized_start=789
+  _globals['_INITWEIGHTGROUPREQUEST']._serialized_end=957
+  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_start=959
+  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_end=984
+  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_start=987
+  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_end=1149
+  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_start=1151
+  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_end=1207
+  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_start=1209
+  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_end=1297
+  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_start=1299
+  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_end=1375
+  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_start=1377
+  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_end=1402
+  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_start=1404
+  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_end=1430
+  _globals['_WEIGHTSYNCSERVICE']._serialized_start=1722
+  _globals['_WEIGHTSYNCSERVICE']._serialized_end=2239
 # @@protoc_insertion_point(module_scope)

@@ -46,16 +46,28 @@ class WeightManifest(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class CommitOptions(_message.Message):
-    __slots__ = ("version", "abort_running", "in_flight", "update_id")
+    __slots__ = ("version", "abort_running", "in_flight", "update_id", "lora_targets")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     UPDATE_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_TARGETS_FIELD_NUMBER: _ClassVar[int]
     version: int
     abort_running: bool
     in_flight: InFlightPolicy
     update_id: str
-    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ...) -> None: ...
+    lora_targets: _containers.RepeatedCompositeFieldContainer[LoraTarget]
+    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ..., lora_targets: _Optional[_Iterable[_Union[LoraTarget, _Mapping]]] = ...) -> None: ...
+
+class LoraTarget(_message.Message):
+    __slots__ = ("module", "scaling", "fan_in_fan_out")
+    MODULE_FIELD_NUMBER: _ClassVar[int]
+    SCALING_FIELD_NUMBER: _ClassVar[int]
+    FAN_IN_FAN_OUT_FIELD_NUMBER: _ClassVar[int]
+    module: str
+    scaling: float
+    fan_in_fan_out: bool
+    def __init__(self, module: _Optional[str] = ..., scaling: _Optional[float] = ..., fan_in_fan_out: _Optional[bool] = ...) -> None: ...
 
 class WeightUpdateHeader(_message.Message):
     __slots__ = ("manifest", "options")

@@ -1,0 +1,71 @@
+"""Sampler cost per step at 256 rows, with and without vLLM's logits processors (not a test).
+
+    python benchmarks/bench_logits_processors.py [--vocab 151936] [--rows 256]
+
+Rows without processors take the fast path (one attribute check per row); rows with them are
+processed one by one, like the repetition penalty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.sampling_params import SamplingParams
+
+PROCESSORS = dict(
+    min_tokens=4,
+    presence_penalty=0.5,
+    frequency_penalty=0.5,
+    logit_bias={11: 2.0, 12: -2.0},
+    bad_words_token_ids=[[5], [6, 7]],
+)
+
+
+def rows_of(num_rows: int, with_processors: int, output_len: int) -> list[SampleRow]:
+    base = SamplingParams(temperature=1.0, seed=0, logprobs=0)
+    special = SamplingParams(temperature=1.0, seed=0, logprobs=0, **PROCESSORS)
+    seen = list(range(100, 100 + 64 + output_len))
+    return [SampleRow(special if i < with_processors else base, i, seen, 64) for i in range(num_rows)]
+
+
+def time_step(sampler: Sampler, logits: torch.Tensor, rows: list[SampleRow], repeats: int) -> float:
+    """The best of `repeats` steps, in ms (the least disturbed by other processes)."""
+    sampler(logits, rows)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sampler(logits, rows)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def fast_path_check_us(rows: list[SampleRow], repeats: int = 200) -> float:
+    """What rows without processors pay: the one check per row per step, in microseconds."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        [row for row in rows if row.params.processes_logits]
+    return (time.perf_counter() - start) / repeats * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    logits = torch.randn(args.rows, args.vocab, device=args.device)
+    sampler = Sampler(seed=0, eos_token_ids=frozenset({2}))
+    for label, count in (("none", 0), ("1 row", 1), ("all rows", args.rows)):
+        ms = time_step(sampler, logits, rows_of(args.rows, count, 100), args.repeats)
+        print(f"{args.device} vocab {args.vocab} rows {args.rows}, processors on {label}: {ms:.2f} ms/step")
+    check = fast_path_check_us(rows_of(args.rows, 0, 100))
+    print(f"fast-path check for {args.rows} rows without processors: {check:.0f} us/step")
+
+
+if __name__ == "__main__":
+    main()

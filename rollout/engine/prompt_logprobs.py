@@ -1,0 +1,53 @@
+"""Prompt logprobs: every prompt token's logprob under the model given the tokens before it (vLLM's shape).
+
+Entry j (j >= 1) comes from the logits at position j - 1, so the positions whose logits are kept
+are those a request's first sequence computes while its prompt logprobs are incomplete. Blocks
+served from the prefix cache were never run through the model this time, so such a request skips
+reading the cache (as vLLM does) and computes every position; its blocks still enter the cache for
+others. Chunked prefill and preemption just continue from the next missing entry. The logprobs are
+the fp32 log-softmax of the model's own logits (vLLM's prompt logprobs): no penalty, temperature or filter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rollout.engine.host_to_device import to_device
+from rollout.engine.request import Request, Sequence
+
+
+def needs_prompt_logits(seq: Sequence) -> bool:
+    collected = seq.request.prompt_logprobs
+    return collected is not None and len(collected) < seq.num_prompt_tokens
+
+
+def prompt_positions(seq: Sequence, num_new_tokens: int) -> range:
+    """Positions computed this step (from seq.num_computed_tokens) whose logits give missing entries."""
+    if not needs_prompt_logits(seq):
+        return range(0)
+    start = seq.num_computed_tokens
+    first_missing = len(seq.request.prompt_logprobs) - 1
+    return range(max(start, first_missing), min(start + num_new_tokens, seq.num_prompt_tokens - 1))
+
+
+def collect(request: Request, logits: torch.Tensor, positions: range) -> None:
+    """Appends the entries for `positions` from their logits [len(positions), vocab] (fp32)."""
+    assert positions.start == len(request.prompt_logprobs) - 1, "prompt logprobs are collected in order"
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
+    chosen = logprobs.gather(1, to_device(targets, torch.int64, logprobs.device)[:, None])[:, 0].tolist()
+    k = request.params.prompt_logprobs
+    top = logprobs.topk(k) if k else None
+    top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
+    for i, (token, value) in enumerate(zip(targets, chosen, strict=True)):
+        entry = dict(zip(top_ids[i], top_values[i], strict=True)) if k else {}
+        entry.setdefault(token, value)  # the prompt token, plus the top k (k or k + 1 entries, as vLLM)
+        request.prompt_logprobs.append(entry)
+
+
+def complete_prompt_logprobs(request: Request) -> list[dict[int, float] | None] | None:
+    """The request's prompt logprobs once every prompt token has its entry, else None."""
+    collected = request.prompt_logprobs
+    if collected is None or len(collected) < len(request.prompt_token_ids):
+        return None
+    return list(collected)

@@ -1,0 +1,139 @@
+"""The FastAPI app: /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics.
+
+Routes only translate: a Frontend does the work on the engine loop, errors become OpenAI's error
+body with the status code of errors.py, and the Guard checks the token and the body size first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from rollout.openai.errors import error_body, status_of, validation_message
+from rollout.openai.frontend import (
+    CALLER_HEADER,
+    Frontend,
+    WriteChoice,
+    prompt_fields,
+    usage_of,
+    write_chat,
+    write_completion,
+)
+from rollout.openai.guard import Guard
+from rollout.openai.prepare import ModelNotFoundError
+from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.streaming import chat_delta, sse, stream_chunks
+from rollout.server.loop_errors import LoopError
+from rollout.server.metrics import Metrics
+
+CLIENT_CLOSED = 499  # nginx's code for a client that went away before the answer
+
+
+def build_app(frontend: Frontend, metrics: Metrics, token: str | None, max_body_bytes: int) -> Any:
+    app = FastAPI(title="rollout", docs_url=None, redoc_url=None, openapi_url=None)
+    _error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> Response:
+        ok = frontend.loop.accepting
+        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return PlainTextResponse(await frontend.run(metrics.render), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        engine = frontend.loop.engine
+        model = {
+            "id": frontend.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "rollout",
+            "max_model_len": engine.max_model_len,
+            "weight_version": int(frontend.loop.stats()["weight_version"]),
+        }
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatCompletionRequest, request: Request) -> Response:
+        return await _generate(frontend, req, request, "chatcmpl", write_chat)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request) -> Response:
+        return await _generate(frontend, req, request, "cmpl", write_completion)
+
+    return Guard(app, token, max_body_bytes)
+
+
+async def _generate(
+    frontend: Frontend,
+    req: ChatCompletionRequest | CompletionRequest,
+    request: Request,
+    prefix: str,
+    write: WriteChoice,
+) -> Response:
+    request_id, prepared, handle = await frontend.submit(req, prefix, request.headers.get(CALLER_HEADER))
+    chat = prefix == "chatcmpl"
+    counted: list[int] = []
+    if req.stream:
+        head = frontend.head(request_id, "chat.completion.chunk" if chat else "text_completion")
+        choices = frontend.choices(handle, prepared, write, counted)
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        body = stream_chunks(
+            head | prompt_fields(prepared),
+            _opening(prepared, chat),
+            _as_deltas(choices) if chat else choices,
+            (lambda: usage_of(prepared, counted)) if include_usage else None,
+        )
+        return StreamingResponse(_errors_as_events(body), media_type="text/event-stream")
+    choices = await frontend.collect(handle, prepared, write, request.is_disconnected, counted)
+    if choices is None:
+        return Response(status_code=CLIENT_CLOSED)
+    head = frontend.head(request_id, "chat.completion" if chat else "text_completion")
+    return JSONResponse(
+        head | prompt_fields(prepared) | {"choices": choices, "usage": usage_of(prepared, counted)}
+    )
+
+
+def _opening(prepared: Any, chat: bool) -> list[dict[str, Any]]:
+    """The first chunk's choices: each chat choice's role (completions open with their first text)."""
+    count = len(prepared.submissions) * prepared.n
+    if not chat:
+        return []
+    return [
+        {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        for i in range(count)
+    ]
+
+
+async def _as_deltas(choices: Any) -> Any:
+    async for choice in choices:
+        yield chat_delta(choice)
+
+
+async def _errors_as_events(body: Any) -> Any:
+    """An error after the stream started is sent as an `error` event, then [DONE] (as vLLM does)."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except (ValueError, LoopError) as exc:
+        yield sse(status_of(exc)[1])
+        yield sse("[DONE]")
+
+
+def _error_handlers(app: FastAPI) -> None:
+    async def known(request: Request, exc: Exception) -> Response:
+        status, body = status_of(exc)
+        return JSONResponse(body, status_code=status)
+
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        message, param = validation_message(list(exc.errors()))
+        return JSONResponse(error_body(message, "BadRequestError", 400, param), status_code=400)
+
+    for kind in (ValueError, LoopError, ModelNotFoundError):
+        app.add_exception_handler(kind, known)
+    app.add_exception_handler(RequestValidationError, invalid)

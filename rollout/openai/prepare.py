@@ -1,0 +1,129 @@
+"""An HTTP request -> the engine loop's Submissions and how to write the reply (on a worker thread).
+
+Tokenizing, rendering the chat template and checking the request all happen here, on the HTTP
+front end's worker threads; the engine loop's thread only admits and steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.openai.chat_turns import appended_prompt
+from rollout.openai.responses import ReplyOptions
+from rollout.openai.sampling import UnsupportedFieldError, sampling_params
+from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.protocol.chat_messages import conversation_json, tools_json
+from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.server.handle import Submission
+
+
+class ModelNotFoundError(LookupError):
+    """The request names a model this server does not serve (404)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The submissions of one HTTP request (one per prompt) and how its choices are written."""
+
+    submissions: list[Submission]
+    opts: ReplyOptions
+    n: int
+
+
+class Preparer:
+    """Turns request bodies into Submissions for one engine (its tokenizer, context, vocabulary)."""
+
+    def __init__(self, engine: Any, model_name: str, tool_parser: str):
+        self.engine = engine
+        self.model_name = model_name
+        self.tool_parser = tool_parser
+        self.tokenizer = engine.tokenizer
+        self.max_chars = (
+            None if self.tokenizer is None else text_char_limit(self.tokenizer, engine.max_model_len)
+        )
+
+    def chat(self, req: ChatCompletionRequest, request_id: str, caller: str) -> Prepared:
+        self._check_model(req.model)
+        _check_chat_options(req)
+        messages = conversation_json(req.messages, "messages")
+        tools = tools_json(req.tools)
+        if req.prompt_token_ids is not None:
+            ids = appended_prompt(self.tokenizer, list(req.prompt_token_ids), messages, tools, self.max_chars)
+        else:
+            ids, _ = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
+        parser = "none" if req.tool_choice == "none" else self.tool_parser
+        opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser)
+        return Prepared([self._submission(req, ids, None, request_id, caller)], opts, req.n)
+
+    def completion(self, req: CompletionRequest, request_id: str, caller: str) -> Prepared:
+        self._check_model(req.model)
+        _check_completion_options(req)
+        subs = [
+            self._submission(req, ids, text, f"{request_id}-{i}", caller)
+            for i, (ids, text) in enumerate(self._prompts(req.prompt))
+        ]
+        opts = self._options(req, req.logprobs is not None, req.logprobs or 0, "none")
+        return Prepared(subs, opts, req.n)
+
+    def _submission(
+        self,
+        req: ChatCompletionRequest | CompletionRequest,
+        ids: list[int],
+        text: str | None,
+        request_id: str,
+        caller: str,
+    ) -> Submission:
+        params = sampling_params(req, len(ids), self.engine.max_model_len)
+        self.engine.validate_request(ids, params)
+        return Submission(request_id, ids, params, text, caller=caller)
+
+    def _prompts(
+        self, prompt: str | list[str] | list[int] | list[list[int]]
+    ) -> list[tuple[list[int], str | None]]:
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if not prompt:
+            raise ValueError("prompt: empty; give text, token ids, or a list of either")
+        if all(isinstance(p, int) for p in prompt):
+            return [(list(prompt), None)]
+        prompts = []
+        for i, p in enumerate(prompt):
+            if isinstance(p, str):
+                prompts.append((tokenize_text(self.tokenizer, p, self.max_chars, f"prompt[{i}]"), p))
+            else:
+                prompts.append((list(p), None))
+        return prompts
+
+    def _options(self, req: Any, logprobs: bool, top: int, parser: str) -> ReplyOptions:
+        return ReplyOptions(
+            self.tokenizer, parser, logprobs, top, req.return_token_ids is not False, req.skip_special_tokens
+        )
+
+    def _check_model(self, model: str) -> None:
+        if model != self.model_name:
+            raise ModelNotFoundError(
+                f"model: {model!r} is not served here; this server serves {self.model_name!r}"
+            )
+
+
+def _check_chat_options(req: ChatCompletionRequest) -> None:
+    if req.tool_choice not in (None, "auto", "none"):
+        raise UnsupportedFieldError(
+            'tool_choice: only "auto" and "none" are supported (forcing a call needs constrained decoding)'
+        )
+    if req.response_format not in (None, {"type": "text"}):
+        raise UnsupportedFieldError(
+            'response_format: not supported by this server yet (only {"type": "text"})'
+        )
+
+
+def _check_completion_options(req: CompletionRequest) -> None:
+    if req.echo:
+        raise UnsupportedFieldError(
+            "echo: not supported by this server; prompt_token_ids are in the response"
+        )
+    if req.suffix is not None:
+        raise UnsupportedFieldError("suffix: not supported by this server")
+    if req.best_of is not None and req.best_of != req.n:
+        raise UnsupportedFieldError("best_of: only best_of == n is supported")

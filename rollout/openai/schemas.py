@@ -1,0 +1,74 @@
+"""The request bodies of /v1/completions and /v1/chat/completions, as pydantic models.
+
+Unknown fields are refused (400 naming them), as OpenAI's API does: a field this server does not know
+would otherwise be silently dropped. Fields OpenAI defines that change nothing here (`user`,
+`metadata`, `store`, `parallel_tool_calls`) are accepted; vLLM's sampling extensions arrive at the top
+level (the `openai` client sends `extra_body` there). The token-in field `prompt_token_ids` is ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class SamplingFields(BaseModel):
+    """What both endpoints share: OpenAI's sampling fields and vLLM's `extra_body` extensions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | list[int] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    # vLLM's extensions (extra_body)
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    return_token_ids: bool | None = None  # None: returned (rollout's default); False: left out
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    logprobs_mode: Literal["processed", "raw"] | None = None  # rollout's (SamplingParams.logprobs_mode)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None  # top alternatives per token (0: the sampled token's logprob only)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    # Token-in (ours): the exact tokens of the conversation so far, i.e. the previous turn's
+    # prompt_token_ids + that choice's token_ids; messages after the last assistant one are appended.
+    prompt_token_ids: list[int] | None = None

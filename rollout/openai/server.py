@@ -1,0 +1,82 @@
+"""OpenAIServer: the FastAPI app under uvicorn on a thread of the `rollout serve` process.
+
+It binds its socket itself (port 0 picks a free one, and the port is known before it serves) and
+shares the gRPC server's EngineLoop and Metrics; stopping it stops only the HTTP side.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from rollout.openai.app import build_app
+from rollout.openai.frontend import Frontend
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.metrics import Metrics
+
+DEFAULT_MAX_BODY_BYTES = 64 * 2**20
+
+
+class OpenAIServer:
+    def __init__(
+        self,
+        loop: EngineLoop,
+        metrics: Metrics | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        tool_call_parser: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_open_requests: int = 256,
+    ):
+        self.frontend = Frontend(loop, tool_call_parser, max_open_requests)
+        app = build_app(self.frontend, metrics or Metrics(loop), token, max_body_bytes)
+        self.socket = _bind(host, port)
+        self.host, self.port = host, self.socket.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self.socket]}, name="rollout-openai", daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def start(self, timeout: float = 30.0) -> OpenAIServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OSError(f"the OpenAI server on {self.base_url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self.frontend.shutdown()
+        self.socket.close()
+
+    def __enter__(self) -> OpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    return sock

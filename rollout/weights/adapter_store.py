@@ -1,0 +1,114 @@
+"""AdapterStore: the server's LoRA state, a copy of each adapted module's base weight.
+
+An adapted module serves `base + scaling * B @ A` merged into its own parameter (same storage), so
+the engine runs the plain model: same kernels, CUDA graphs, self-check. The store keeps that
+module's base weight so the next adapter is merged into the base, never into the previous merge
+(subtracting the old delta would drift by a rounding each push). A copy exists only while its module
+has an adapter; pushing a module's weight without an adapter ends its adapter (docs/weight_updates.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from rollout.weights.lora import LoraTargets, delta_weight, merged_weight, validate_update
+from rollout.weights.manifest import (
+    Manifest,
+    NamedTensors,
+    TensorSpec,
+    WeightUpdateError,
+    iter_named_tensors,
+    model_targets,
+    normalize_name,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterPlan:
+    """An update with its adapters merged: ordinary named tensors to write, and the store's next state."""
+
+    tensors: list[tuple[str, torch.Tensor]]
+    bases: dict[str, torch.Tensor] = field(default_factory=dict)  # weight name -> base kept after commit
+    dropped: tuple[str, ...] = ()  # weights whose adapter this update ends
+
+
+class AdapterStore:
+    """The base weights of the modules that have an adapter; changed only by `commit`."""
+
+    def __init__(self) -> None:
+        self._bases: dict[str, torch.Tensor] = {}
+
+    @property
+    def adapted(self) -> list[str]:
+        """The weights serving base + adapter now."""
+        return sorted(self._bases)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self._bases.values())
+
+    def plan(self, model: nn.Module, named_tensors: NamedTensors, lora: LoraTargets | None) -> AdapterPlan:
+        """Validates the update (adapters included) and merges each adapter into its base.
+
+        Writes nothing and leaves the store unchanged: WeightUpdateError naming every bad module.
+        """
+        items = list(iter_named_tensors(named_tensors))
+        targets = model_targets(model)
+        factors = validate_update(Manifest(tuple(TensorSpec.of(n, t) for n, t in items)), targets, lora)
+        if not factors and not self._bases:
+            return AdapterPlan(items)
+        base_items = [(name, t) for name, t in items if name not in factors]
+        pushed = {normalize_name(name): t for name, t in base_items}
+        pairs = _pairs(items, factors)
+        tensors = [(name, t) for name, t in base_items if normalize_name(name) not in _weights(pairs)]
+        bases = {}
+        for module, (a, b) in pairs.items():
+            weight = f"{module}.weight"
+            param = targets[weight]
+            base = self._base_of(weight, param, pushed.get(weight))
+            merged = merged_weight(base, delta_weight(a, b, lora[module], param.device))
+            _check_finite(module, merged)
+            tensors.append((weight, merged))
+            bases[weight] = base
+        dropped = tuple(w for w in self._bases if w in pushed and w not in bases)
+        return AdapterPlan(tensors, bases, dropped)
+
+    def commit(self, plan: AdapterPlan) -> None:
+        """Records what a written plan left serving."""
+        for weight in plan.dropped:
+            del self._bases[weight]
+        self._bases.update(plan.bases)
+
+    def _base_of(self, weight: str, param: torch.Tensor, pushed: torch.Tensor | None) -> torch.Tensor:
+        """The base this module's adapter merges into: pushed with it, kept, or (first adapter) the
+        weight serving now, which is the base since the module has no adapter."""
+        if pushed is not None:
+            return pushed.to(device=param.device, dtype=param.dtype, copy=True)
+        kept = self._bases.get(weight)
+        return kept if kept is not None else param.detach().clone()
+
+
+def _pairs(
+    items: list[tuple[str, torch.Tensor]], factors: dict[str, tuple[str, str]]
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    found: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in items:
+        if name in factors:
+            module, factor = factors[name]
+            found.setdefault(module, {})[factor] = tensor
+    return {module: (pair["A"], pair["B"]) for module, pair in found.items()}
+
+
+def _weights(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> set[str]:
+    return {f"{module}.weight" for module in pairs}
+
+
+def _check_finite(module: str, merged: torch.Tensor) -> None:
+    if not torch.isfinite(merged).all():
+        raise WeightUpdateError(
+            f"weight update refused, nothing written: {module}: the merged weight has NaN or inf "
+            "(the adapter is broken)"
+        )
