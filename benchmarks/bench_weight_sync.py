@@ -1,23 +1,30 @@
-"""Weight-sync time per transport for one model, side by side in one run.
+"""Weight-sync time and peak memory per transport for one model, side by side in one run.
 
 The trainer is this process; the server is a separate process (as in production) holding the same
 architecture. Each transport pushes the full state dict to it `--repeats` times; the median
-end-to-end time (manifest, transfer, commit on the engine loop, version bump) and the throughput
-are printed per transport. The in-process row (`LLM.update_weights`, no transfer) is the floor.
+end-to-end time (manifest, transfer, commit on the engine loop, version bump), the throughput and
+the peak rise of each process's private memory (RssAnon, sampled every 2 ms: what the transfer
+allocates; shared-memory pages the trainer already owns are not new memory) are printed per
+transport. The in-process row (`LLM.update_weights`, no transfer) is the floor.
 
 Usage: python benchmarks/bench_weight_sync.py [--hidden 512 --layers 8 --vocab 32000 --repeats 3]
+       python benchmarks/bench_weight_sync.py --hidden 1024 --layers 24 --vocab 96000   # ~0.5B params
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -59,20 +66,54 @@ def model_config(args: argparse.Namespace) -> dict:
     )
 
 
-def timed(fn: Callable[[], object], repeats: int) -> float:
+Row = tuple[str, float, float, float]  # name, seconds, server and trainer peak private-memory rise (MB)
+
+
+def rss_anon_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def peak_rise(pids: list[int]) -> Iterator[list[float]]:
+    """Samples each process's RssAnon every 2 ms; yields a list that holds each peak rise (MB) after."""
+    base = [rss_anon_mb(pid) for pid in pids]
+    peaks = list(base)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            for i, pid in enumerate(pids):
+                peaks[i] = max(peaks[i], rss_anon_mb(pid))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    rises: list[float] = []
+    try:
+        yield rises
+    finally:
+        done.set()
+        thread.join()
+        rises += [peak - b for peak, b in zip(peaks, base, strict=True)]
+
+
+def timed(name: str, fn: Callable[[], object], repeats: int, pids: list[int]) -> Row:
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    with peak_rise(pids) as rises:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return (name, statistics.median(times), *rises)
 
 
-def run(args: argparse.Namespace) -> list[tuple[str, float]]:
+def run(args: argparse.Namespace) -> list[Row]:
     config = model_config(args)
     torch.manual_seed(1)
     trainer_model = LlamaForCausalLM(LlamaConfig.from_dict(config)).eval()
-    rows = [("in-process copy (floor)", in_process_seconds(config, trainer_model, args.repeats))]
+    rows = [in_process_row(config, trainer_model, args.repeats)]
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, repr(config), str(args.threads)],
         stdin=subprocess.PIPE,
@@ -81,48 +122,44 @@ def run(args: argparse.Namespace) -> list[tuple[str, float]]:
     )
     try:
         with RolloutClient(server.stdout.readline().strip()) as client, tempfile.TemporaryDirectory() as tmp:
-            rows += push_rows(client, trainer_model, tmp, args.repeats)
+            rows += push_rows(client, trainer_model, tmp, args.repeats, [server.pid, os.getpid()])
     finally:
         server.stdin.close()
         server.wait(timeout=60)
     return rows
 
 
-def in_process_seconds(config: dict, model: torch.nn.Module, repeats: int) -> float:
+def in_process_row(config: dict, model: torch.nn.Module, repeats: int) -> Row:
     """LLM.update_weights in the trainer's own process: validation and copies, no transfer."""
     llm = LLM(
         model=LlamaForCausalLM(LlamaConfig.from_dict(config)).eval(), config=EngineConfig(num_blocks=64)
     )
-    return timed(lambda: llm.update_weights(model.state_dict()), repeats)
+    row = timed(
+        "in-process copy (floor)", lambda: llm.update_weights(model.state_dict()), repeats, [os.getpid()]
+    )
+    return (*row[:3], float("nan"))
 
 
 def push_rows(
-    client: RolloutClient, model: torch.nn.Module, tmp: str, repeats: int
-) -> list[tuple[str, float]]:
+    client: RolloutClient, model: torch.nn.Module, tmp: str, repeats: int, pids: list[int]
+) -> list[Row]:
     rows = []
     for chunk_mib in (2, 8):
-        chunk_bytes = chunk_mib * 2**20
-        push = lambda chunk_bytes=chunk_bytes: client.update_weights(model, "grpc", chunk_bytes=chunk_bytes)  # noqa: E731
-        rows.append((f"grpc stream, {chunk_mib} MiB chunks", timed(push, repeats)))
+        push = lambda c=chunk_mib * 2**20: client.update_weights(model, "grpc", chunk_bytes=c)  # noqa: E731
+        rows.append(timed(f"grpc stream, {chunk_mib} MiB chunks", push, repeats, pids))
     start = time.perf_counter()
     client.weight_pusher.init_group(timeout_s=120)
-    rows.append(("distributed: group setup (once)", time.perf_counter() - start))
-    rows.append(
-        (
-            "distributed gloo, 256 MiB buckets",
-            timed(lambda: client.update_weights(model, "distributed"), repeats),
-        )
-    )
-    rows.append(
-        ("disk: write + load", timed(lambda: client.update_weights(model, "disk", path=f"{tmp}/w"), repeats))
-    )
+    rows.append(("distributed: group setup (once)", time.perf_counter() - start, 0.0, 0.0))
+    push = lambda: client.update_weights(model, "distributed")  # noqa: E731
+    rows.append(timed("distributed gloo, 256 MiB buckets", push, repeats, pids))
+    push = lambda: client.update_weights(model, "disk", path=f"{tmp}/w")  # noqa: E731
+    rows.append(timed("disk: write + load", push, repeats, pids))
     model.save_pretrained(f"{tmp}/pre")
-    rows.append(
-        (
-            "disk: load only (pre-written)",
-            timed(lambda: client.update_weights(None, "disk", path=f"{tmp}/pre"), repeats),
-        )
-    )
+    push = lambda: client.update_weights(None, "disk", path=f"{tmp}/pre")  # noqa: E731
+    rows.append(timed("disk: load only (pre-written)", push, repeats, pids))
+    push = lambda: client.update_weights(model, "shared")  # noqa: E731
+    rows.append(timed("shared: first push (moves into shm)", push, 1, pids))
+    rows.append(timed("shared memory (steady state)", push, repeats, pids))
     return rows
 
 
@@ -144,10 +181,10 @@ def main() -> None:
         f"model: Llama {num_params / 1e6:.1f}M params, fp32, {megabytes:.0f} MB state dict; CPU, "
         f"{args.threads} torch thread(s) per process; server in a separate process"
     )
-    print(f"{'transport':<36} {'seconds':>8} {'MB/s':>8}")
-    for name, seconds in run(args):
+    print(f"{'transport':<36} {'seconds':>8} {'MB/s':>8} {'server +MB':>10} {'trainer +MB':>11}")
+    for name, seconds, server_mb, trainer_mb in run(args):
         rate = "" if "setup" in name else f"{megabytes / seconds:8.0f}"
-        print(f"{name:<36} {seconds:8.3f} {rate:>8}")
+        print(f"{name:<36} {seconds:8.3f} {rate:>8} {server_mb:10.0f} {trainer_mb:11.0f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.shared_wire import this_host, views_to_proto
 from rollout.protocol.weights_wire import (
     DEFAULT_GROUP_TIMEOUT_S,
     backend_to_proto,
@@ -31,9 +32,10 @@ from rollout.weights.group import READY_OK, GroupSpec, WeightGroup, host_store
 from rollout.weights.lora import LoraTargets
 from rollout.weights.lora_export import update_source
 from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
+from rollout.weights.shared import share_tensors
 from rollout.weights.streaming import DEFAULT_CHUNK_BYTES, iter_byte_chunks
 
-TRANSPORTS = ("grpc", "distributed", "disk")
+TRANSPORTS = ("grpc", "distributed", "disk", "shared")
 Metadata = Sequence[tuple[str, str]]
 
 
@@ -101,13 +103,15 @@ class WeightPusher:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         named, lora = (None, lora) if model_or_named_tensors is None else _named(model_or_named_tensors, lora)
         if named is None and transport != "disk":
-            raise ValueError("model_or_named_tensors: required for the grpc and distributed transports")
+            raise ValueError(f"model_or_named_tensors: required for the {transport} transport")
         options = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex, lora)
         try:
             if transport == "grpc":
                 return self.push_grpc(named, options, **kwargs)
             if transport == "distributed":
                 return self.push_distributed(named, options, **kwargs)
+            if transport == "shared":
+                return self.push_shared(named, options, **kwargs)
             return self.push_disk(named, options, **kwargs)
         except WeightSyncError as err:
             err.update_id = options.update_id
@@ -131,6 +135,29 @@ class WeightPusher:
             requests = stream_requests(header, named, chunk_bytes)
             call = self._stubs[address].UpdateWeights
             return call(requests, timeout=timeout_s, metadata=self._metadata).weight_version
+
+        return _on_every_server(self.addresses, push_one)
+
+    # ---- shared memory / CUDA IPC (same machine) ---------------------------------------------------
+
+    def push_shared(
+        self,
+        named: list[tuple[str, torch.Tensor]],
+        options: weights_pb2.CommitOptions,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Shares the tensors' storage in place and has every server (on this machine) copy from it.
+
+        CPU tensors move once into shared memory and stay there (later pushes share them again for
+        free); CUDA tensors are shared as IPC handles. Leave them unchanged until this returns.
+        """
+        request = weights_pb2.UpdateWeightsFromSharedRequest(
+            tensors=views_to_proto(share_tensors(named)), options=options, host=this_host()
+        )
+
+        def push_one(address: str) -> int:
+            call = self._stubs[address].UpdateWeightsFromShared
+            return call(request, timeout=timeout_s, metadata=self._metadata).weight_version
 
         return _on_every_server(self.addresses, push_one)
 

@@ -1,4 +1,4 @@
-"""WeightSyncService: receives weight updates over gRPC, torch.distributed or disk, and commits them.
+"""WeightSyncService: receives weight updates over gRPC, torch.distributed, disk or shared memory, and commits them.
 
 The servicer converts between protobuf and `rollout.weights`; the transfer happens on the RPC
 thread while generation goes on, and only the commit (an in-place copy plus a version bump) runs
@@ -21,12 +21,14 @@ import torch
 import torch.distributed as dist
 
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
+from rollout.protocol.shared_wire import manifest_of, views_from_proto
 from rollout.protocol.weights_wire import (
     DEFAULT_GROUP_TIMEOUT_S,
     GROUP_BACKENDS,
     manifest_from_proto,
 )
 from rollout.server.idle_stream import IdleTimeoutStream
+from rollout.server.same_host import check_same_host
 from rollout.server.update_commit import (
     CallerGoneError,
     ExclusiveSubmitter,
@@ -41,6 +43,7 @@ from rollout.weights.group import GroupSpec, WeightGroup
 from rollout.weights.ledger import UpdateLedger
 from rollout.weights.lora import validate_update
 from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets
+from rollout.weights.shared import open_view
 from rollout.weights.updater import StagedWeights
 
 SERVICE_NAME = weights_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
@@ -139,7 +142,27 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
                 tensors = {}
         return weights_pb2.UpdateWeightsFromDiskResponse(weight_version=version, num_tensors=len(tensors))
 
-    # ---- shared ---------------------------------------------------------------------------------
+    # ---- shared memory / CUDA IPC (same machine) ---------------------------------------------------
+
+    def UpdateWeightsFromShared(
+        self, request: weights_pb2.UpdateWeightsFromSharedRequest, context: grpc.ServicerContext
+    ):
+        with _status(context), self._one_update(context):
+            check_same_host(context.peer(), request.host.boot_id, request.host.hostname)
+            views = views_from_proto(request.tensors)
+            manifest = manifest_of(views)
+            update = UpdateRequest(request.options)
+            version = self._precheck(manifest, update)
+            if version is None:
+                # mapped, not copied: the commit copies from the trainer's memory into the parameters
+                tensors = {view.spec.name: open_view(view) for view in views}
+                version = self._commit(tensors, update, context)
+                del tensors  # unmaps now, not at the next collection
+        return weights_pb2.UpdateWeightsFromSharedResponse(
+            weight_version=version, num_tensors=len(manifest), num_bytes=manifest.nbytes
+        )
+
+    # ---- common to every transport ---------------------------------------------------------------
 
     @contextmanager
     def _one_update(self, context: grpc.ServicerContext) -> Iterator[None]:

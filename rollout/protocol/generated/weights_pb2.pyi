@@ -164,3 +164,75 @@ class CloseWeightGroupRequest(_message.Message):
 class CloseWeightGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SharedMemoryHandle(_message.Message):
+    __slots__ = ("manager_handle", "storage_handle", "storage_bytes")
+    MANAGER_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    manager_handle: bytes
+    storage_handle: bytes
+    storage_bytes: int
+    def __init__(self, manager_handle: _Optional[bytes] = ..., storage_handle: _Optional[bytes] = ..., storage_bytes: _Optional[int] = ...) -> None: ...
+
+class CudaIpcHandle(_message.Message):
+    __slots__ = ("device", "storage_handle", "storage_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_OFFSET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REF_COUNTER_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    REF_COUNTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EVENT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_SYNC_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    storage_handle: bytes
+    storage_bytes: int
+    storage_offset_bytes: int
+    ref_counter_handle: bytes
+    ref_counter_offset: int
+    event_handle: bytes
+    event_sync_required: bool
+    def __init__(self, device: _Optional[int] = ..., storage_handle: _Optional[bytes] = ..., storage_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ...) -> None: ...
+
+class SharedTensor(_message.Message):
+    __slots__ = ("spec", "stride", "storage_offset", "cpu", "cuda")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    CUDA_FIELD_NUMBER: _ClassVar[int]
+    spec: TensorSpec
+    stride: _containers.RepeatedScalarFieldContainer[int]
+    storage_offset: int
+    cpu: SharedMemoryHandle
+    cuda: CudaIpcHandle
+    def __init__(self, spec: _Optional[_Union[TensorSpec, _Mapping]] = ..., stride: _Optional[_Iterable[int]] = ..., storage_offset: _Optional[int] = ..., cpu: _Optional[_Union[SharedMemoryHandle, _Mapping]] = ..., cuda: _Optional[_Union[CudaIpcHandle, _Mapping]] = ...) -> None: ...
+
+class HostIdentity(_message.Message):
+    __slots__ = ("boot_id", "hostname")
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    boot_id: str
+    hostname: str
+    def __init__(self, boot_id: _Optional[str] = ..., hostname: _Optional[str] = ...) -> None: ...
+
+class UpdateWeightsFromSharedRequest(_message.Message):
+    __slots__ = ("tensors", "options", "host")
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[SharedTensor]
+    options: CommitOptions
+    host: HostIdentity
+    def __init__(self, tensors: _Optional[_Iterable[_Union[SharedTensor, _Mapping]]] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ..., host: _Optional[_Union[HostIdentity, _Mapping]] = ...) -> None: ...
+
+class UpdateWeightsFromSharedResponse(_message.Message):
+    __slots__ = ("weight_version", "num_tensors", "num_bytes")
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    weight_version: int
+    num_tensors: int
+    num_bytes: int
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...

@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class WeightSyncServiceStub:
-    """Receives new weights over one of three transports: this gRPC stream, a torch.distributed
-    broadcast group, or a safetensors checkpoint on a shared filesystem.
+    """Receives new weights over one of four transports: this gRPC stream, a torch.distributed
+    broadcast group, a safetensors checkpoint on a shared filesystem, or the trainer's own parameter
+    storage shared on the same machine (shared memory on CPU, CUDA IPC on GPU).
     """
 
     def __init__(self, channel):
@@ -61,11 +62,17 @@ class WeightSyncServiceStub:
                 request_serializer=rollout_dot_v1_dot_weights__pb2.CloseWeightGroupRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_weights__pb2.CloseWeightGroupResponse.FromString,
                 _registered_method=True)
+        self.UpdateWeightsFromShared = channel.unary_unary(
+                '/rollout.v1.WeightSyncService/UpdateWeightsFromShared',
+                request_serializer=rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedResponse.FromString,
+                _registered_method=True)
 
 
 class WeightSyncServiceServicer:
-    """Receives new weights over one of three transports: this gRPC stream, a torch.distributed
-    broadcast group, or a safetensors checkpoint on a shared filesystem.
+    """Receives new weights over one of four transports: this gRPC stream, a torch.distributed
+    broadcast group, a safetensors checkpoint on a shared filesystem, or the trainer's own parameter
+    storage shared on the same machine (shared memory on CPU, CUDA IPC on GPU).
     """
 
     def UpdateWeights(self, request_iterator, context):
@@ -111,6 +118,18 @@ class WeightSyncServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateWeightsFromShared(self, request, context):
+        """Copies an update in place from tensors the trainer shares on this machine (no bytes on the
+        wire): the server maps each storage, validates the manifest, and at the commit copies straight
+        from the trainer's memory into its parameters. The trainer must leave those tensors unchanged
+        until the call returns. FAILED_PRECONDITION: the call came from another machine (peer address
+        or host identity), or a handle could not be opened; INVALID_ARGUMENT: the manifest, a view or
+        the version is refused. In every error case nothing was written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeightSyncServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +158,11 @@ def add_WeightSyncServiceServicer_to_server(servicer, server):
                     request_deserializer=rollout_dot_v1_dot_weights__pb2.CloseWeightGroupRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_weights__pb2.CloseWeightGroupResponse.SerializeToString,
             ),
+            'UpdateWeightsFromShared': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateWeightsFromShared,
+                    request_deserializer=rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'rollout.v1.WeightSyncService', rpc_method_handlers)
@@ -148,8 +172,9 @@ def add_WeightSyncServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WeightSyncService:
-    """Receives new weights over one of three transports: this gRPC stream, a torch.distributed
-    broadcast group, or a safetensors checkpoint on a shared filesystem.
+    """Receives new weights over one of four transports: this gRPC stream, a torch.distributed
+    broadcast group, a safetensors checkpoint on a shared filesystem, or the trainer's own parameter
+    storage shared on the same machine (shared memory on CPU, CUDA IPC on GPU).
     """
 
     @staticmethod
@@ -277,6 +302,33 @@ class WeightSyncService:
             '/rollout.v1.WeightSyncService/CloseWeightGroup',
             rollout_dot_v1_dot_weights__pb2.CloseWeightGroupRequest.SerializeToString,
             rollout_dot_v1_dot_weights__pb2.CloseWeightGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateWeightsFromShared(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.WeightSyncService/UpdateWeightsFromShared',
+            rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedRequest.SerializeToString,
+            rollout_dot_v1_dot_weights__pb2.UpdateWeightsFromSharedResponse.FromString,
             options,
             channel_credentials,
             insecure,
