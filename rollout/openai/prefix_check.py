@@ -35,7 +35,7 @@ def prefix_break(
     tools: list | None = None,
 ) -> PrefixBreak | None:
     """None when every assistant turn's prompt and texts survive into (`prompt_text`, `prompt_ids`),
-    the rendering of the whole of `messages`; one template rendering per assistant turn."""
+    the rendering of the whole of `messages`; one rendering and one tokenization per assistant turn."""
     turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     prompts = [_turn_prompt(tokenizer, messages[:i], tools) for i in turns]
     for k, (i, text) in enumerate(zip(turns, prompts, strict=True)):
