@@ -61,3 +61,18 @@ def test_custom_loop_async_overlaps_generation_and_reports_the_sampling_versions
     assert pushed == [1, 2, 3] and len(sampled) == 3
     # lag <= 1: a round is sampled by the weights pushed before it or the one pushed during it
     assert all(pushed[i] - 1 <= min(vs) <= max(vs) <= pushed[i] for i, vs in enumerate(sampled))
+
+
+def test_agent_loop_trains_on_token_exact_tool_using_trajectories_and_serves_the_pushed_version(
+    tmp_path: Path,
+) -> None:
+    out = run_example("agent_loop.py", "--rounds", "2", cwd=tmp_path)
+    served = re.findall(r"served at weight version \[([\d, ]+)\]", out)
+    assert served == ["0", "1"]  # round 1 sampled entirely by the weights pushed after round 0
+    drifts = [float(d) for d in re.findall(r"max \|server - trainer logp\| (\S+),", out)]
+    assert len(drifts) == 2 and max(drifts) <= 1e-4
+    # the server's tool_calls equal the calls in the model's own token ids (checked in the example)
+    assert int(re.search(r"tool calls parsed == emitted: (\d+)", out).group(1)) > 0
+    hit, reusable = map(int, re.search(r"turn k\+1: (\d+) of (\d+) reusable", out).groups())
+    print(f"turn k+1 prefix hit rate on turn k's tokens: {hit}/{reusable}")
+    assert reusable > 0 and hit == reusable

@@ -6,10 +6,11 @@ front end's worker threads; the engine loop's thread only admits and steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.openai.chat_turns import appended_prompt
+from rollout.openai.prefix_check import prefix_break
 from rollout.openai.responses import ReplyOptions
 from rollout.openai.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -29,6 +30,8 @@ class Prepared:
     submissions: list[Submission]
     opts: ReplyOptions
     n: int
+    # Response-level extension fields (prefix_check.py's `prefix_stable`, `prefix_break`).
+    extensions: dict[str, Any] = field(default_factory=dict)
 
 
 class Preparer:
@@ -48,13 +51,15 @@ class Preparer:
         _check_chat_options(req)
         messages = conversation_json(req.messages, "messages")
         tools = tools_json(req.tools)
+        extensions: dict[str, Any] = {}
         if req.prompt_token_ids is not None:
             ids = appended_prompt(self.tokenizer, list(req.prompt_token_ids), messages, tools, self.max_chars)
         else:
-            ids, _ = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
+            ids, text = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
+            extensions = _prefix_fields(self.tokenizer, messages, text, ids, tools)
         parser = "none" if req.tool_choice == "none" else self.tool_parser
         opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser)
-        return Prepared([self._submission(req, ids, None, request_id, caller)], opts, req.n)
+        return Prepared([self._submission(req, ids, None, request_id, caller)], opts, req.n, extensions)
 
     def completion(self, req: CompletionRequest, request_id: str, caller: str) -> Prepared:
         self._check_model(req.model)
@@ -105,6 +110,21 @@ class Preparer:
             raise ModelNotFoundError(
                 f"model: {model!r} is not served here; this server serves {self.model_name!r}"
             )
+
+
+def _prefix_fields(
+    tokenizer: Any, messages: list[dict[str, Any]], text: str, ids: list[int], tools: list | None
+) -> dict[str, Any]:
+    """`prefix_stable` (and `prefix_break` when false) for a request that re-sends assistant turns as
+    text; nothing for a first turn."""
+    if not any(m.get("role") == "assistant" for m in messages):
+        return {}
+    found = prefix_break(tokenizer, messages, text, ids, tools)
+    return (
+        {"prefix_stable": True}
+        if found is None
+        else {"prefix_stable": False, "prefix_break": found.as_json()}
+    )
 
 
 def _check_chat_options(req: ChatCompletionRequest) -> None:
