@@ -272,6 +272,25 @@ REFUSED: tuple[Family, ...] = (
         "keep state between steps (backbone.layers.0: MambaBlock)",
     ),
     Family(
+        "mamba2",
+        lambda: tf.Mamba2Config(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_heads=4,
+            head_dim=32,
+            state_size=8,
+            n_groups=1,
+            chunk_size=16,
+        ),
+        "keep state between steps (backbone.layers.0: Mamba2Block)",
+    ),
+    Family(
+        "falcon_mamba",
+        lambda: tf.FalconMambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8),
+        "keep state between steps (backbone.layers.0: FalconMambaBlock)",
+    ),
+    Family(
         "recurrent_gemma",
         lambda: tf.RecurrentGemmaConfig(
             vocab_size=VOCAB,
