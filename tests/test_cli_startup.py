@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +62,7 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
     )
     try:
         assert process.stdout.readline() == "ready\n"
+        _wait_until_reading_stdin(process.pid)  # a SIGINT before main() runs would be Python's own
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
     finally:
@@ -67,3 +70,18 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
             process.kill()
     assert process.returncode == 130
     assert err.strip() == "rollout: interrupted"
+
+
+def _wait_until_reading_stdin(pid: int, timeout: float = 60.0) -> None:
+    """Until the process blocks in read(0, ...) (Linux: /proc/<pid>/syscall); elsewhere a fixed pause."""
+    path = Path(f"/proc/{pid}/syscall")
+    if not path.exists():
+        time.sleep(3.0)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fields = path.read_text().split()
+        if len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == 0:  # read(2) on fd 0
+            return
+        time.sleep(0.05)
+    raise AssertionError("the CLI never waited for its input")
