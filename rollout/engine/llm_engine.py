@@ -25,14 +25,14 @@ from rollout.engine.model import checked_update, model_guard, model_loader, self
 from rollout.engine.model.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.request import Request, Sequence
+from rollout.engine.request_validation import RequestLimits, check_request
 from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
-from rollout.engine.sample.logits_processors import check_against_vocab
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.versions.provenance import extend_spans, oldest_version
-from rollout.engine.versions.resume import check_partial, resume_into
+from rollout.engine.versions.resume import resume_into
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -112,45 +112,11 @@ class LLMEngine:
     def validate_request(
         self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample | None = None
     ) -> None:
-        """Raises ValueError naming the offending field; nothing is queued."""
-        if resume is not None:
-            check_partial(
-                resume, params, len(prompt_token_ids), self.eos_token_ids, self.vocab_size, self.max_model_len
-            )
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
-        if not isinstance(prompt_token_ids, (list, tuple)) or not prompt_token_ids:
-            raise ValueError("prompt_token_ids must be a non-empty list of token ids")
-        for token_id in prompt_token_ids:
-            if (
-                isinstance(token_id, bool)
-                or not isinstance(token_id, int)
-                or not 0 <= token_id < self.vocab_size
-            ):
-                raise ValueError(
-                    f"prompt_token_ids: token id {token_id!r} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        if len(prompt_token_ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt_token_ids: the prompt has {len(prompt_token_ids)} tokens but the context is "
-                f"{self.max_model_len} (max_model_len), so at most {self.max_model_len - 1} fit"
-            )
-        for token_id in params.stop_token_ids:
-            if token_id >= self.vocab_size:
-                raise ValueError(
-                    f"stop_token_ids: token id {token_id} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        if params.stop and self.tokenizer is None:
-            raise ValueError("stop: stop strings are matched on the text, and this model has no tokenizer")
-        check_against_vocab(
-            with_bad_words_tokenized(params, self.tokenizer), self.vocab_size, self.eos_token_ids
+        """Raises ValueError naming the offending field; nothing is queued (request_validation.py)."""
+        limits = RequestLimits(
+            self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
-        if params.n > self.config.max_num_seqs:
-            raise ValueError(f"n must be <= max_num_seqs ({self.config.max_num_seqs}), got {params.n}")
-        if params.logprobs is not None and params.logprobs > self.vocab_size:
-            raise ValueError(
-                f"logprobs must be <= the vocabulary size ({self.vocab_size}), got {params.logprobs}"
-            )
+        check_request(prompt_token_ids, params, resume, limits, self.tokenizer)
 
     def add_request(
         self,
