@@ -25,6 +25,8 @@ def apply_grammar_masks(logits: torch.Tensor, rows: list) -> torch.Tensor:
     for j, i in enumerate(active):
         rows[i].grammar.fill_bitmask(bitmask, j)
     allowed = unpack_bitmask(bitmask, vocab).to(logits.device)  # [A, vocab]
+    if len(active) == len(rows):  # every row: one masked_fill, no gather or scatter
+        return logits.masked_fill(~allowed, float("-inf"))
     index = to_device(active, torch.int64, logits.device)
     logits = logits.clone()
     logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
