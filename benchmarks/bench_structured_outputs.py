@@ -47,9 +47,13 @@ def bpe_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=alphabet)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=alphabet
+    )
     backend.train_from_iterator(_texts(files), trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
 
 
 def _texts(files: list[str]):
