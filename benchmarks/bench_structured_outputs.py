@@ -69,7 +69,7 @@ def ms_per_step(sampler: Sampler, rows: list[SampleRow], logits: torch.Tensor, s
         out = sampler(logits, rows)
         for row, token in zip(rows, out.token_ids, strict=True):
             if row.grammar is not None and not row.grammar.finished:
-                row.grammar.accept(token)
+                assert row.grammar.accept(token)
         total += time.perf_counter() - start
         for row in rows:  # a finished grammar allows only EOS: start that row again
             if row.grammar is not None and row.grammar.finished:

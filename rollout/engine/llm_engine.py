@@ -317,11 +317,12 @@ class LLMEngine:
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
+            if seq.grammar is not None and not seq.grammar.accept(out.token_ids[i]):
+                self._finish(seq, "abort", finished)  # no token continues its grammar: nothing was drawn
+                continue
             extend_spans(seq.weight_versions, seq.num_output_tokens, self._weight_version)
             extend_spans(seq.kv_versions, seq.num_output_tokens, seq.kv_version)
             seq.token_ids.append(out.token_ids[i])
-            if seq.grammar is not None:
-                seq.grammar.accept(out.token_ids[i])
             self._num_generated_tokens += 1
             if out.logprobs[i] is not None:
                 seq.logprobs.append(out.logprobs[i])

@@ -18,12 +18,10 @@ class GrammarState:
     def fork(self) -> GrammarState:
         return GrammarState(matcher=self._matcher.fork())
 
-    def accept(self, token_id: int) -> None:
-        """Advances past a sampled token; the mask allowed it, so a refusal is a bug, not bad input."""
-        if not self._matcher.accept_token(token_id):
-            raise RuntimeError(
-                f"structured outputs: the grammar refused token {token_id} that its mask allowed"
-            )
+    def accept(self, token_id: int) -> bool:
+        """Advances past a sampled token. False only when the mask allowed no token at all (the grammar
+        needs text no token of the vocabulary writes), so the token was drawn from nothing."""
+        return self._matcher.accept_token(token_id)
 
     def accept_all(self, token_ids: list[int]) -> None:
         """A resumed sample's tokens; ValueError if they do not follow the grammar."""

@@ -146,3 +146,34 @@ def test_the_compile_happens_once_per_spec() -> None:
     llm.generate(PROMPTS, SamplingParams(structured_outputs=spec))
     llm.generate(PROMPTS, SamplingParams(n=2, structured_outputs=spec))
     assert llm.engine.grammars.compiler.num_compiled == 1
+
+
+@pytest.mark.parametrize(
+    ("ban", "field"),
+    [
+        ({"min_tokens": 2}, "min_tokens"),
+        ({"bad_words_token_ids": [[5]]}, "bad_words"),
+        ({"allowed_token_ids": [3, 4, 5]}, "allowed_token_ids"),
+    ],
+)
+def test_bans_that_could_leave_nothing_to_sample_are_refused_with_a_grammar(ban: dict, field: str) -> None:
+    llm = structured_llm()
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(choice=CHOICES), **ban)
+    with pytest.raises(ValueError, match=f"structured_outputs: not supported together with {field}"):
+        llm.generate(["abc"], params)
+
+
+def test_a_grammar_the_vocabulary_cannot_continue_ends_that_sample_only() -> None:
+    """No token writes "A": the mask is empty there, so that sample ends ("abort") with the tokens it
+    drew from a real distribution, and the engine and the batch's other samples go on."""
+    llm = structured_llm()
+    spec = StructuredOutputsParams(regex="ab[A-Z]c")
+    stuck = SamplingParams(max_tokens=8, logprobs=0, structured_outputs=spec)
+    plain = SamplingParams(max_tokens=4, ignore_eos=True)
+    out = llm.generate(["abc", "abc"], [stuck, plain])
+    sample = out[0].outputs[0]
+    assert sample.finish_reason == "abort" and sample.text == "ab"
+    assert all(math.isfinite(x) for x in sample.logprobs)
+    assert len(out[1].outputs[0].token_ids) == 4
+    stats = llm.engine.stats()
+    assert stats["num_blocks_free"] == stats["num_blocks_total"]
