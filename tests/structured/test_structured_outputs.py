@@ -177,3 +177,10 @@ def test_a_grammar_the_vocabulary_cannot_continue_ends_that_sample_only() -> Non
     assert len(out[1].outputs[0].token_ids) == 4
     stats = llm.engine.stats()
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
+
+
+def test_grammar_samples_follow_the_ebnf_grammar() -> None:
+    spec = StructuredOutputsParams(grammar='root ::= ("yes" | "no") " " [0-9] [0-9]?')
+    outs = structured_llm().generate(PROMPTS, _params(spec, 1.0))
+    texts = [s.text for o in outs for s in o.outputs]
+    assert len(texts) == 9 and all(re.fullmatch("(yes|no) [0-9][0-9]?", t) for t in texts), texts
