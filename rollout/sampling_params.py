@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rollout.logits_settings import check_logits_settings, has_logits_processors
+from rollout.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
 LOGPROBS_MODES = ("processed", "raw")
 # Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
@@ -64,6 +65,9 @@ class SamplingParams:
     bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
     # Per prompt token, its logprob and the top-k (RequestOutput.prompt_logprobs); None: none.
     prompt_logprobs: int | None = None
+    # The text must follow a JSON schema, regex, choice or grammar (vLLM's StructuredOutputsParams, or
+    # a dict of its fields); the grammar's mask enters the processed distribution (docs/structured_outputs.md).
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
@@ -108,6 +112,7 @@ class SamplingParams:
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
         check_logits_settings(self)
+        object.__setattr__(self, "structured_outputs", structured_outputs_from(self.structured_outputs))
 
     def __hash__(self) -> int:
         """Hashable although logit_bias is a dict (vLLM's type): clients group prompts by their params."""

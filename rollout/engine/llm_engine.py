@@ -36,6 +36,8 @@ from rollout.engine.versions.resume import resume_into
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
+from rollout.structured.grammar_state import GrammarState
+from rollout.structured.request_grammars import RequestGrammars
 from rollout.weights.adapter_store import AdapterPlan, AdapterStore
 from rollout.weights.lora import LoraTargets, has_adapter_factors
 from rollout.weights.manifest import NamedTensors, WeightUpdateError, iter_named_tensors
@@ -85,6 +87,7 @@ class LLMEngine:
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
         self.sampler = Sampler(self.config.seed, self.eos_token_ids)
+        self.grammars = RequestGrammars(tokenizer, self.vocab_size, self.eos_token_ids)
         self.model_info = ModelInfo(
             name=model_name or getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__,
             architecture=type(self.model).__name__,
@@ -117,6 +120,7 @@ class LLMEngine:
             self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
         check_request(prompt_token_ids, params, resume, limits, self.tokenizer)
+        self.grammars.compile(params)  # on the validating thread; the loop's call is a cache hit
 
     def add_request(
         self,
@@ -140,6 +144,10 @@ class LLMEngine:
         if resume is not None:
             resume_into(request.sequences[0], resume)
             request.forked = True  # one sample, already past its first token
+        request.grammar = self.grammars.compile(params)
+        if request.grammar is not None:
+            request.sequences[0].grammar = GrammarState(request.grammar)
+            request.sequences[0].grammar.accept_all(resume.token_ids if resume else [])
         self.requests[request_id] = request
         self.scheduler.add(request.sequences[0])
 
@@ -253,6 +261,7 @@ class LLMEngine:
             children = [self._new_sequence(request, i) for i in range(1, request.n)]
             for child in children:
                 self.block_manager.fork(seq, child)
+                child.grammar = seq.grammar.fork() if seq.grammar is not None else None
                 child.num_computed_tokens = seq.num_computed_tokens
                 self.scheduler.add_running(child)
             request.sequences.extend(children)
@@ -268,12 +277,15 @@ class LLMEngine:
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
         rows = [
-            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens)
+            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens, seq.grammar)
             for seq in seqs
         ]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
         for i, seq in enumerate(seqs):
+            if seq.grammar is not None and not seq.grammar.accept(out.token_ids[i]):
+                self._finish(seq, "abort", finished)  # no token continues its grammar: nothing was drawn
+                continue
             extend_spans(seq.weight_versions, seq.num_output_tokens, self._weight_version)
             extend_spans(seq.kv_versions, seq.num_output_tokens, seq.kv_version)
             seq.token_ids.append(out.token_ids[i])
@@ -316,6 +328,8 @@ class LLMEngine:
         if token in params.stop_token_ids:
             seq.stop_reason = token
             return "stop"
+        if seq.grammar is not None and seq.grammar.finished:
+            return "stop"  # the grammar took its stop token (with ignore_eos): nothing may follow
         if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
         return None

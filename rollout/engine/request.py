@@ -15,6 +15,7 @@ from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from rollout.detokenize.sample_text import SampleText
+    from rollout.structured.grammar_state import GrammarState
 
 
 @dataclass(slots=True, eq=False)
@@ -32,6 +33,7 @@ class Request:
     # With params.prompt_logprobs: one entry per prompt token computed so far, the first None
     # (rollout/engine/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    grammar: object | None = None  # with structured_outputs: the compiled grammar (rollout/structured/)
 
     @property
     def n(self) -> int:
@@ -79,6 +81,8 @@ class Sequence:
     weight_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_version: int | None = None
+    # With structured_outputs: where this sample is in its grammar (rollout/structured/grammar_state.py).
+    grammar: GrammarState | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -132,10 +132,6 @@ def _check_chat_options(req: ChatCompletionRequest) -> None:
         raise UnsupportedFieldError(
             'tool_choice: only "auto" and "none" are supported (forcing a call needs constrained decoding)'
         )
-    if req.response_format not in (None, {"type": "text"}):
-        raise UnsupportedFieldError(
-            'response_format: not supported by this server yet (only {"type": "text"})'
-        )
 
 
 def _check_completion_options(req: CompletionRequest) -> None:

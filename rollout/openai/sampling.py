@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from rollout.openai.structured_fields import structured_outputs_of
 from rollout.sampling_params import SamplingParams
 
 PARAM_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -67,6 +68,7 @@ def sampling_params(
         "include_stop_str_in_output": request.include_stop_str_in_output,
     }
     kwargs.update(_pending_kwargs(pending))
+    kwargs["structured_outputs"] = structured_outputs_of(request)
     return SamplingParams(**kwargs)
 
 

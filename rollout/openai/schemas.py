@@ -48,6 +48,14 @@ class SamplingFields(BaseModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     logprobs_mode: Literal["processed", "raw"] | None = None  # rollout's (SamplingParams.logprobs_mode)
+    # Structured outputs (rollout/openai/structured_fields.py): OpenAI's response_format, vLLM's
+    # structured_outputs object and its older guided_* keys
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -66,7 +74,6 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
     # Token-in (ours): the exact tokens of the conversation so far, i.e. the previous turn's

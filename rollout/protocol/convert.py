@@ -12,6 +12,7 @@ from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.processors_wire import processors_from_proto, processors_to_proto
 from rollout.protocol.score_wire import prompt_logprobs_to_proto
+from rollout.protocol.structured_wire import structured_from_proto, structured_to_proto
 from rollout.sampling_params import SamplingParams
 
 _FINISH_TO_PB = {
@@ -77,6 +78,7 @@ def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         if value is not None:
             setattr(message, name, value)
     processors_to_proto(params, message)
+    structured_to_proto(params.structured_outputs, message)
     return message
 
 
@@ -88,6 +90,7 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
             raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
         kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
     kwargs.update(processors_from_proto(message))
+    kwargs.update(structured_from_proto(message))
     return SamplingParams(
         **kwargs,
         stop_token_ids=tuple(message.stop_token_ids),

@@ -25,7 +25,12 @@ from rollout.sampling_params import SamplingParams
 from . import adapter_pushes, parity_probe, push_dtype, server_checks, server_restarts
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
-from .generation_kwargs import LOGITS_PROCESSOR_KWARGS, logits_processor_kwargs, refusal_reasons
+from .generation_kwargs import (
+    LOGITS_PROCESSOR_KWARGS,
+    logits_processor_kwargs,
+    refusal_reasons,
+    with_trl_regex,
+)
 from .rollout_batch import RolloutBatch
 from .text_settings import TEXT_GENERATION_KWARGS
 from .truncation import TruncationCorrection
@@ -117,17 +122,13 @@ class RolloutGeneration(VLLMGeneration):
         `max_completion_length=None` means "up to the context": the servers stop a sample when
         prompt + completion fill their max_model_len.
         """
-        if self.structured_outputs_regex is not None:
-            raise NotImplementedError(
-                "vllm_structured_outputs_regex (guided decoding) has no rollout equivalent; unset it."
-            )
         unsupported = sorted(set(self.generation_kwargs) - set(SUPPORTED_GENERATION_KWARGS))
         if unsupported:
             raise ValueError(
                 f"generation_kwargs {unsupported} have no rollout equivalent; supported: "
                 f"{SUPPORTED_GENERATION_KWARGS}{refusal_reasons(unsupported)}"
             )
-        extra = logits_processor_kwargs(self.generation_kwargs)
+        extra = with_trl_regex(logits_processor_kwargs(self.generation_kwargs), self.structured_outputs_regex)
         eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
         stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
         return SamplingParams(

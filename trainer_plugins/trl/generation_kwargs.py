@@ -7,8 +7,11 @@ result of are refused with the reason.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 LOGITS_PROCESSOR_KWARGS = (
     "min_tokens",
@@ -17,6 +20,7 @@ LOGITS_PROCESSOR_KWARGS = (
     "logit_bias",
     "allowed_token_ids",
     "bad_words",
+    "structured_outputs",  # a dict of StructuredOutputsParams' fields, or vLLM's own object
 )
 REFUSED_WHY = {
     "prompt_logprobs": "TRL's generation reads no prompt logprobs; score sequences with RolloutClient.score",
@@ -36,7 +40,31 @@ def logits_processor_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
             ) from None
     if isinstance(out.get("bad_words"), list):
         out["bad_words"] = tuple(out["bad_words"])
+    if out.get("structured_outputs") is not None:
+        out["structured_outputs"] = structured_outputs_dict(out["structured_outputs"])
     return out
+
+
+def structured_outputs_dict(value: Any) -> Any:
+    """vLLM's StructuredOutputsParams object -> the dict of the fields rollout has (a dict passes as is;
+    SamplingParams refuses unknown keys by name)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    names = ("json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace")
+    return {name: getattr(value, name) for name in names if getattr(value, name, None) not in (None, False)}
+
+
+def with_trl_regex(kwargs: dict[str, Any], regex: str | None) -> dict[str, Any]:
+    """GRPOConfig.vllm_structured_outputs_regex, as TRL's vLLM path sends it: it takes precedence over
+    generation_kwargs' structured_outputs (TRL warns the same way)."""
+    if regex is None:
+        return kwargs
+    if kwargs.get("structured_outputs") is not None:
+        logger.warning(
+            "rollout: both vllm_structured_outputs_regex and generation_kwargs['structured_outputs'] are set; "
+            "vllm_structured_outputs_regex takes precedence (as in TRL)."
+        )
+    return {**kwargs, "structured_outputs": {"regex": regex}}
 
 
 def reshaping_kwargs(kwargs: Mapping[str, Any] | None) -> list[str]:

@@ -49,6 +49,8 @@ class TruncationCorrection:
                 trainer.repetition_penalty,
             )
         reshaping = reshaping_kwargs(trainer.args.generation_kwargs)
+        if trainer.args.vllm_structured_outputs_regex is not None:
+            reshaping.append("vllm_structured_outputs_regex")
         if corrected and reshaping:
             logger.warning(
                 "rollout: generation_kwargs %s reshape the sampling distribution (the server's processed logprobs "

@@ -1,7 +1,8 @@
 """Sampler: logits -> tokens and the logprobs of the distribution each token was drawn from.
 
 Order of processing (vLLM's and TRL's expectation): logit bias, repetition, frequency and presence
-penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), temperature,
+penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), the structured
+outputs' grammar mask (grammar_mask.py), temperature,
 top-k, top-p, min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
 of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
@@ -18,16 +19,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from math import inf
+from typing import TYPE_CHECKING
 
 import torch
 
 from rollout.engine.host_to_device import to_device
 from rollout.engine.sample.exponential_race import exponential_race
+from rollout.engine.sample.grammar_mask import apply_grammar_masks
 from rollout.engine.sample.logits_processors import apply_logit_bias, apply_penalties_and_bans
 from rollout.engine.sample.sampling_noise import row_state, sample_key
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from rollout.structured.grammar_state import GrammarState
 
 
 @dataclass(slots=True)
@@ -36,6 +42,7 @@ class SampleRow:
     sample_index: int  # which of the request's n samples: with params.seed, the noise key
     seen_token_ids: list[int]  # prompt + output so far: the repetition penalty; its length is the position
     num_prompt_tokens: int = 0  # seen_token_ids[num_prompt_tokens:] is the output (penalties, bans)
+    grammar: GrammarState | None = None  # structured outputs: masks what the grammar forbids next
 
 
 @dataclass(slots=True)
@@ -64,6 +71,7 @@ class Sampler:
         logits = _apply_repetition_penalty(logits, rows)
         if processing:
             logits = apply_penalties_and_bans(logits, rows, self.eos_token_ids)
+        logits = apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
         scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
         logits = _apply_top_p(logits, rows)
