@@ -7,20 +7,21 @@ prompt_logprobs; what needs the model's vocabulary is checked by the engine
 
 from __future__ import annotations
 
-from math import isfinite
 from typing import Any
+
+from rollout.field_checks import check_finite, check_int
 
 PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and OpenAI's range for presence and frequency penalties
 
 
 def check_logits_settings(params: Any) -> None:
     """Raises ValueError naming the field; stores the normalised containers on the frozen params."""
-    _int("min_tokens", params.min_tokens, 0)
+    check_int("min_tokens", params.min_tokens, 0)
     if params.min_tokens > params.max_tokens:
         raise ValueError(f"min_tokens must be <= max_tokens ({params.max_tokens}), got {params.min_tokens}")
     for name in ("presence_penalty", "frequency_penalty"):
         value = getattr(params, name)
-        _finite(name, value)
+        check_finite(name, value)
         if not PENALTY_RANGE[0] <= value <= PENALTY_RANGE[1]:
             raise ValueError(f"{name} must be in [-2, 2], got {value}")
     _set(params, "logit_bias", _logit_bias(params.logit_bias))
@@ -28,7 +29,7 @@ def check_logits_settings(params: Any) -> None:
     _set(params, "bad_words", _bad_words(params.bad_words))
     _set(params, "bad_words_token_ids", _bad_word_ids(params.bad_words_token_ids))
     if params.prompt_logprobs is not None:
-        _int("prompt_logprobs", params.prompt_logprobs, 0)
+        check_int("prompt_logprobs", params.prompt_logprobs, 0)
 
 
 def has_logits_processors(params: Any) -> bool:
@@ -49,8 +50,8 @@ def _logit_bias(bias: object) -> dict[int, float] | None:
         raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
     out = {}
     for token_id, value in bias.items():
-        _int("logit_bias", token_id, 0)
-        _finite("logit_bias", value)
+        check_int("logit_bias", token_id, 0)
+        check_finite("logit_bias", value)
         out[token_id] = float(value)
     return out or None
 
@@ -86,20 +87,8 @@ def _ids(name: str, ids: object) -> tuple[int, ...]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)):
         raise ValueError(f"{name} must be a list of token ids, got {ids!r}")
     for token_id in ids:
-        _int(name, token_id, 0)
+        check_int(name, token_id, 0)
     return tuple(ids)
-
-
-def _int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _finite(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
 def _set(params: Any, name: str, value: object) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from rollout.field_checks import check_finite, check_int
 from rollout.logits_settings import check_logits_settings, has_logits_processors
 from rollout.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
@@ -74,29 +75,29 @@ class SamplingParams:
         object.__setattr__(self, "stop", _stop_strings(self.stop))
         if type(self.top_k) is int and self.top_k == -1:  # vLLM's spelling of "off"
             object.__setattr__(self, "top_k", 0)
-        _check_int("n", self.n, minimum=1)
-        _check_int("max_tokens", self.max_tokens, minimum=1)
-        _check_int("top_k", self.top_k, minimum=-1)  # -1 was turned into 0 above
-        _check_number("temperature", self.temperature)
+        check_int("n", self.n, minimum=1)
+        check_int("max_tokens", self.max_tokens, minimum=1)
+        check_int("top_k", self.top_k, minimum=-1)  # -1 was turned into 0 above
+        check_finite("temperature", self.temperature)
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
-        _check_number("top_p", self.top_p)
+        check_finite("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        _check_number("min_p", self.min_p)
+        check_finite("min_p", self.min_p)
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        _check_number("repetition_penalty", self.repetition_penalty)
+        check_finite("repetition_penalty", self.repetition_penalty)
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.seed is not None:
-            _check_int("seed", self.seed, minimum=0)
+            check_int("seed", self.seed, minimum=0)
         for token_id in self.stop_token_ids:
-            _check_int("stop_token_ids", token_id, minimum=0)
+            check_int("stop_token_ids", token_id, minimum=0)
         if self.logprobs is not None:
-            _check_int("logprobs", self.logprobs, minimum=0)
+            check_int("logprobs", self.logprobs, minimum=0)
         if self.max_staleness is not None:
-            _check_int("max_staleness", self.max_staleness, minimum=0)
+            check_int("max_staleness", self.max_staleness, minimum=0)
         if not isinstance(self.return_kept_tokens, bool):
             raise ValueError(f"return_kept_tokens must be a bool, got {self.return_kept_tokens!r}")
         for name in (
@@ -147,17 +148,3 @@ def _stop_strings(stop: object) -> tuple[str, ...]:
         if not value:
             raise ValueError("stop: an empty stop string would match before any text; remove it")
     return tuple(values)
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_number(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")

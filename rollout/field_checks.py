@@ -1,0 +1,23 @@
+"""The two checks every settings object makes of a user's value: an integer with a floor, a finite number.
+
+Shared by SamplingParams and the logits settings so one wording names the field everywhere.
+"""
+
+from __future__ import annotations
+
+from math import isfinite
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """ValueError naming `name` unless `value` is an int (not a bool) of at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_finite(name: str, value: object) -> None:
+    """ValueError naming `name` unless `value` is a finite int or float (not a bool, NaN or inf)."""
+    finite = isinstance(value, int) or (isinstance(value, float) and isfinite(value))  # ints always are
+    if isinstance(value, bool) or not finite:
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
