@@ -36,4 +36,6 @@ def update_with_a_failing_rank(rank: int, path: str, port: int, new: dict[str, t
             sharded_weights.update_all_ranks(model, new, group)
     for name, p in model.named_parameters():  # nothing written, on either rank
         assert torch.equal(local_tensor(p), before[name]), name
+    # Both ranks leave together: gloo aborts a rank (std::terminate) whose peer tore its pairs down first.
+    torch.distributed.barrier(group=group.cpu_group)
     group.close()
