@@ -125,3 +125,16 @@ def test_a_stop_string_in_a_lines_sampling_params_stops_it_and_is_reported(tmp_p
         "stop",
         "6",
     )
+
+
+def test_stop_flags_apply_to_every_line_and_a_lines_own_stop_overrides_them(tmp_path: Path) -> None:
+    lines = [{"prompt": "20+26="}, {"prompt": "20+26=", "sampling_params": {"stop": []}}]
+    flags = ("--stop", "6", "--include-stop-str-in-output", "--min-tokens", "1")
+    code, records = run_generate(tmp_path, write_lines(tmp_path / "in.jsonl", lines), *flags)
+    flagged, overridden = (r["samples"][0] for r in records)
+    assert code == 0 and (flagged["text"], flagged["stop_reason"]) == ("56", "6")
+    assert (overridden["text"], overridden["finish_reason"], overridden["stop_reason"]) == (
+        "56",
+        "stop",
+        None,
+    )

@@ -130,3 +130,22 @@ def test_a_restarted_server_gets_traffic_again_from_a_fresh_client_and_the_old_o
         old.wait_until_ready(timeout=10)
         assert old.generate([[5, 6, 7]], GREEDY)[0].outputs == expected
     old.close()
+
+
+def test_a_closed_client_refuses_every_call_instead_of_crashing_the_process() -> None:
+    """gRPC aborts the whole process on a call through a closed channel: the client says it is closed."""
+    with serving() as server:
+        client = RolloutClient(server.address)
+        client.close()
+        calls = {
+            "generate": lambda: client.generate([[5, 6, 7]], GREEDY),
+            "score": lambda: client.score([[5, 6, 7]]),
+            "server_info": client.server_info,
+            "metrics": client.metrics,
+            "wait_until_ready": client.wait_until_ready,
+            "update_weights": lambda: client.update_weights({}),
+        }
+        for name, call in calls.items():
+            with pytest.raises(RuntimeError, match="RolloutClient is closed"):
+                call()
+                pytest.fail(f"{name} ran on a closed client")

@@ -89,6 +89,7 @@ class RolloutClient:
         self._weight_pusher: WeightPusher | None = None
         self.balancer = LoadBalancer(self.addresses)
         self.servers = Servers(self.stubs, self.balancer, self.max_retries, self.metadata)
+        self._closed = False
 
     # ---- generation ---------------------------------------------------------------------------
 
@@ -134,6 +135,7 @@ class RolloutClient:
         timeout: float | None = None,
     ) -> list[ScoreOutput]:
         """Teacher-forced logprobs of each sequence, in order, as `LLM.score` (rollout/scoring.py)."""
+        self._check_open()
         sequences = check_sequences(token_ids_list)
         score_params(top_logprobs)  # refuses a bad top_logprobs before anything is sent
         deadline = deadline_of(self.timeout if timeout is None else timeout)
@@ -171,6 +173,7 @@ class RolloutClient:
         request_id_prefix: str | None = None,
     ) -> list[RequestOutput]:
         """One call per address over `messages` (ids "<prefix>-<index>"), results in message order."""
+        self._check_open()
         self._revive_dead_servers()
         prefix = request_id_prefix or uuid.uuid4().hex
         for i, message in enumerate(messages):
@@ -266,6 +269,7 @@ class RolloutClient:
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
         """Blocks until every server's health check says SERVING; TimeoutError after `timeout` s."""
+        self._check_open()
         deadline = time.monotonic() + timeout
         for address, channel in self.channels.items():
             health = health_pb2_grpc.HealthStub(channel)
@@ -280,6 +284,7 @@ class RolloutClient:
 
         `client.weight_pusher.init_group(...)` sets the group up ahead of the first push.
         """
+        self._check_open()
         if self._weight_pusher is None:
             from rollout.client.weight_push import WeightPusher  # torch only when weights move
 
@@ -298,6 +303,7 @@ class RolloutClient:
 
     def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         """A unary call with the default deadline, retried while the server answers UNAVAILABLE."""
+        self._check_open()
         deadline = deadline_of(self.timeout if timeout is None else timeout)
         for attempt in attempts(self.max_retries, deadline):
             try:
@@ -308,8 +314,15 @@ class RolloutClient:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        """Closes every channel; the client refuses calls afterwards (gRPC crashes the process on a
+        call through a closed channel, so every entry point checks first)."""
+        self._closed = True
         for channel in self.channels.values():
             channel.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this RolloutClient is closed; create a new one to reach the servers")
 
     def __enter__(self) -> RolloutClient:
         return self

@@ -49,7 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--min-p", type=float, help="drop tokens below min-p times the top probability")
     flag("--repetition-penalty", type=float, help="divide the logits of tokens already seen; 1 is off")
     flag("--seed", type=int, help="sampling seed: the same seed, the same samples")
+    flag("--stop", nargs="*", metavar="TEXT", help="strings that end a sample (text cut before them)")
+    flag("--include-stop-str-in-output", action="store_true", help="keep the stop string in the text")
     flag("--stop-token-ids", type=int, nargs="*", help="token ids that end a sample, besides EOS")
+    flag("--min-tokens", type=int, help="EOS and stop tokens are masked until this many tokens")
+    flag("--presence-penalty", type=float, help="subtracted from the logits of tokens already sampled")
+    flag("--frequency-penalty", type=float, help="subtracted once per earlier occurrence of a token")
     flag("--ignore-eos", action="store_true", help="keep generating past EOS")
     flag("--logprobs", type=int, help="0: the sampled token's logprob; k: plus the top k")
     flag("--logprobs-mode", choices=("processed", "raw"), help="after temperature and filters, or raw")
@@ -61,6 +66,7 @@ def _sampling_flag(group: argparse._ArgumentGroup) -> Callable[..., None]:
     """Adds a flag whose default is SamplingParams' own, shown in its help."""
     defaults = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     defaults["stop_token_ids"] = []
+    defaults["stop"] = []
 
     def add(flag: str, help: str, **kwargs: Any) -> None:
         default = defaults[flag[2:].replace("-", "_")]
@@ -75,8 +81,10 @@ def base_params(args: argparse.Namespace) -> SamplingParams:
         return SamplingParams(
             n=args.n, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
             top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-            stop_token_ids=tuple(args.stop_token_ids), ignore_eos=args.ignore_eos, logprobs=args.logprobs,
-            logprobs_mode=args.logprobs_mode,
+            stop=tuple(args.stop), include_stop_str_in_output=args.include_stop_str_in_output,
+            stop_token_ids=tuple(args.stop_token_ids), min_tokens=args.min_tokens,
+            presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
+            ignore_eos=args.ignore_eos, logprobs=args.logprobs, logprobs_mode=args.logprobs_mode,
         )  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from None
