@@ -124,8 +124,11 @@ def write_completion(sample: CompletionOutput, index: int, opts: ReplyOptions) -
 
 
 def prompt_fields(prepared: Prepared) -> dict[str, Any]:
-    """`prompt_token_ids`: one list for a single prompt (chat), a list per prompt otherwise; and the
-    request's extension fields (`prefix_stable`, `prefix_break`)."""
+    """`prompt_token_ids` (left out with `return_token_ids: false`): one list for a single prompt
+    (chat), a list per prompt otherwise; and the request's extension fields (`prefix_stable`,
+    `prefix_break`)."""
+    if not prepared.opts.token_ids:
+        return dict(prepared.extensions)
     ids = [list(s.prompt_token_ids) for s in prepared.submissions]
     return {"prompt_token_ids": ids[0] if len(ids) == 1 else ids} | prepared.extensions
 

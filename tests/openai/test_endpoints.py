@@ -74,6 +74,16 @@ def test_completions_take_token_id_prompts_and_order_choices_prompt_major() -> N
         assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
 
 
+def test_return_token_ids_false_leaves_out_the_prompt_and_sampled_ids() -> None:
+    with openai_serving() as (_, http):
+        client = openai.OpenAI(base_url=http.base_url, api_key="none")
+        reply = client.completions.create(
+            model="LlamaForCausalLM", prompt=[5, 6, 7], max_tokens=4, extra_body={"return_token_ids": False}
+        )
+    assert "prompt_token_ids" not in reply.model_extra
+    assert "token_ids" not in reply.choices[0].model_extra and reply.choices[0].text is not None
+
+
 def test_a_streamed_chat_carries_the_same_tokens_as_the_unstreamed_one() -> None:
     with openai_serving() as (_, http):
         client = openai.OpenAI(base_url=http.base_url, api_key="none")
