@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine.hybrid import recurrent_layers
+from rollout.engine.hybrid import position_wise_layers, recurrent_layers
 from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.model.model_guard import UnsupportedModelError
 from tests.builders import random_prompts
@@ -16,7 +16,7 @@ from tests.engine.in_flight_builders import keep_reference
 from tests.models.zoo import HYBRID, Family, build
 
 TOL = 1e-4
-TESTED = ("lfm2", "qwen3_next", "jamba", "bamba", "nemotron_h", "mamba2", "mamba")
+TESTED = ("lfm2", "qwen3_next", "jamba", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba")
 FAMILIES = [f for f in HYBRID if f.model_type in TESTED]
 # temperature 2 spreads the samples; "raw" logprobs are the unscaled ones a forward gives
 SEEDED = SamplingParams(
@@ -217,3 +217,16 @@ def test_mamba_chunks_that_continue_a_state_need_the_token_by_token_route(
     family = next(f for f in HYBRID if f.model_type == model_type)
     with pytest.raises(UnsupportedModelError, match=rf"model_type '{model_type}'.*differ"):
         LLM(model=build(family), config=EngineConfig(num_blocks=32, max_model_len=64))
+
+
+def test_a_token_mixer_wrongly_listed_as_position_wise_is_refused_by_the_self_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The names in POSITION_WISE are a claim; the self-check (packed sequences, chunked prefill) is the
+    proof: a token mixer listed there loses its context across chunks and the model is refused."""
+    listed = position_wise_layers.POSITION_WISE | {"TokenShift"}
+    monkeypatch.setattr(position_wise_layers, "POSITION_WISE", listed)
+    model = build(next(f for f in HYBRID if f.model_type == "nemotron_h"))
+    model.model.layers[3].mixer = TokenShift()
+    with pytest.raises(UnsupportedModelError, match=r"model_type 'nemotron_h'.*differ"):
+        LLM(model=model, config=EngineConfig(num_blocks=32, max_model_len=64))
