@@ -52,8 +52,9 @@ runs in every attention backend from `config.layer_types`; its NoPE layers' atte
 tuning derives positions from a cache length, so the engine hands such models a stand-in cache whose
 length per token is its true position minus its packed index (`rollout/engine/model/derived_positions.py`).
 
-Hybrid models (attention + recurrent layers; marked "hybrid" below) run their recurrent layers per
-sequence with states pooled beside the KV cache, prefix caching off (docs/hybrid_models.md).
+Hybrid models (attention + recurrent layers; marked "hybrid" below) and recurrent-only ones (marked
+"recurrent": no attention layer, so no KV) run their recurrent layers per sequence with states pooled
+beside the KV cache, prefix caching off (docs/hybrid_models.md).
 """
 
 

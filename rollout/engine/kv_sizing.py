@@ -21,7 +21,9 @@ def max_model_len(model: PreTrainedModel, config: EngineConfig) -> int:
     """The configured context length, or the model's; ValueError if it exceeds the model's."""
     limit = model_loader.model_max_len(model)
     wanted = config.max_model_len or limit
-    if wanted > limit:
+    if wanted is None:
+        raise ValueError("cannot tell the model's context length; set EngineConfig.max_model_len")
+    if limit is not None and wanted > limit:
         raise ValueError(f"max_model_len {wanted} exceeds the model's context length {limit}")
     return wanted
 
@@ -38,7 +40,10 @@ def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, device: to
         return config.num_blocks
     budget = kv_cache_bytes(config, device)
     useful = per_seq * config.max_num_seqs
-    return max(per_seq, min(useful, budget // spec.bytes_per_block(block_size)))
+    per_block = spec.bytes_per_block(block_size)
+    if per_block == 0:  # no attention layer (Mamba-2): blocks only count positions, they hold no KV
+        return useful
+    return max(per_seq, min(useful, budget // per_block))
 
 
 def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:

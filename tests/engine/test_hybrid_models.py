@@ -1,5 +1,6 @@
-"""Hybrid models (attention + recurrent layers): per-sequence states stay exact through chunked
-prefill, n samples forked from one prompt, preemption, weight updates; prefix caching is off."""
+"""Hybrid models (attention + recurrent layers) and recurrent-only ones (Mamba, Mamba-2): per-sequence
+states stay exact through chunked prefill, n samples forked from one prompt, preemption, weight
+updates; prefix caching is off."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
+from rollout.engine.hybrid import position_wise_layers, recurrent_layers
 from rollout.engine.hybrid.state_pool import StatePool
+from rollout.engine.model.model_guard import UnsupportedModelError
 from tests.builders import random_prompts
 from tests.engine.in_flight_builders import keep_reference
 from tests.models.zoo import HYBRID, Family, build
 
 TOL = 1e-4
-FAMILIES = [f for f in HYBRID if f.model_type in ("lfm2", "qwen3_next", "jamba", "bamba")]
+TESTED = ("lfm2", "qwen3_next", "jamba", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba")
+FAMILIES = [f for f in HYBRID if f.model_type in TESTED]
 # temperature 2 spreads the samples; "raw" logprobs are the unscaled ones a forward gives
 SEEDED = SamplingParams(
     n=3, max_tokens=8, temperature=2.0, seed=5, logprobs=0, logprobs_mode="raw", ignore_eos=True
@@ -91,12 +95,13 @@ def test_after_an_update_outputs_equal_a_fresh_engine(family: Family) -> None:
 
 
 def test_an_unsupported_recurrent_layer_is_refused_by_name() -> None:
-    """A recurrent layer the adapter has not been verified on (Nemotron-H's Mamba2 mixer) is refused."""
+    """A recurrent layer the adapter does not drive (MiniMax's lightning attention, which keeps its state
+    in its own cache class) is refused, naming it."""
     from tests.models.zoo import REFUSED
 
-    nemotron_h = next(f for f in REFUSED if f.model_type == "nemotron_h")
-    with pytest.raises(ValueError, match="keep state between steps .*NemotronHMamba2Mixer"):
-        LLM(model=build(nemotron_h), config=EngineConfig(num_blocks=32))
+    minimax = next(f for f in REFUSED if f.model_type == "minimax")
+    with pytest.raises(ValueError, match="keep state between steps .*MiniMaxLightningAttention"):
+        LLM(model=build(minimax), config=EngineConfig(num_blocks=32))
 
 
 @pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f.model_type)
@@ -167,3 +172,61 @@ def test_an_update_with_keep_continues_the_old_states_as_transformers_cache_does
         torch.tensor(sample.logprobs[len(head) :]), torch.tensor(logprobs), atol=TOL, rtol=0
     )
     assert sample.weight_versions == [(0, 0), (len(head), 1)]
+
+
+class TokenShift(torch.nn.Module):
+    """A token mixer the engine does not know: each row takes its predecessor's."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.zeros_like(hidden_states[:, :1]), hidden_states[:, :-1]], dim=1)
+
+
+def test_an_unknown_token_mixer_beside_position_wise_layers_is_refused_by_name() -> None:
+    """Nemotron-H's MLP-only and MoE-only layers call no attention; a layer whose block is anything else
+    is still expected to, and is refused naming what it holds."""
+    model = build(next(f for f in HYBRID if f.model_type == "nemotron_h"))
+    model.model.layers[3].mixer = TokenShift()  # was the MLP-only layer
+    with pytest.raises(ValueError, match=r"layers without one: model\.layers\.3 holds mixer: TokenShift"):
+        LLM(model=model, config=EngineConfig(num_blocks=32, max_model_len=64))
+
+
+def test_a_model_without_attention_layers_sizes_blocks_without_a_kv_budget() -> None:
+    """Mamba-2 keeps no KV: its blocks only count positions, as many as max_num_seqs full sequences."""
+    family = next(f for f in HYBRID if f.model_type == "mamba2")
+    llm = LLM(model=build(family), config=EngineConfig(block_size=4, max_model_len=64, max_num_seqs=8))
+    assert llm.engine.model_info.num_blocks == 16 * 8
+    assert all(k.numel() == v.numel() == 0 for k, v in llm.engine.local_runner.kv_caches)
+    assert llm.engine.stats()["prefix_caching"] == 0
+
+
+def test_a_model_declaring_no_context_length_serves_the_configured_one() -> None:
+    """Mamba has no positions and its config no context length: max_model_len decides, and is required."""
+    family = next(f for f in HYBRID if f.model_type == "mamba")
+    with pytest.raises(ValueError, match=r"context length; set EngineConfig\.max_model_len"):
+        LLM(model=build(family), config=EngineConfig(num_blocks=32))
+    assert LLM(model=build(family), config=EngineConfig(max_model_len=48)).engine.max_model_len == 48
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_mamba_chunks_that_continue_a_state_need_the_token_by_token_route(
+    model_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mamba's multi-token scan starts from zero: run whole, a continued chunk is wrong, and the load-time
+    self-check (chunked prefill) refuses it."""
+    monkeypatch.setattr(recurrent_layers, "_STEPWISE", frozenset())
+    family = next(f for f in HYBRID if f.model_type == model_type)
+    with pytest.raises(UnsupportedModelError, match=rf"model_type '{model_type}'.*differ"):
+        LLM(model=build(family), config=EngineConfig(num_blocks=32, max_model_len=64))
+
+
+def test_a_token_mixer_wrongly_listed_as_position_wise_is_refused_by_the_self_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The names in POSITION_WISE are a claim; the self-check (packed sequences, chunked prefill) is the
+    proof: a token mixer listed there loses its context across chunks and the model is refused."""
+    listed = position_wise_layers.POSITION_WISE | {"TokenShift"}
+    monkeypatch.setattr(position_wise_layers, "POSITION_WISE", listed)
+    model = build(next(f for f in HYBRID if f.model_type == "nemotron_h"))
+    model.model.layers[3].mixer = TokenShift()
+    with pytest.raises(UnsupportedModelError, match=r"model_type 'nemotron_h'.*differ"):
+        LLM(model=model, config=EngineConfig(num_blocks=32, max_model_len=64))

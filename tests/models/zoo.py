@@ -222,23 +222,59 @@ HYBRID: tuple[Family, ...] = (
         _cfg(tf.FalconH1Config, mamba_d_ssm=128, head_dim=16, **_MAMBA2),
         "hybrid: Mamba2 beside attention in every layer",
     ),
+    Family(
+        "nemotron_h",
+        _cfg(
+            tf.NemotronHConfig,
+            head_dim=16,
+            layers_block_type=["mamba", "moe", "attention", "mlp"],
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            ssm_state_size=8,
+            n_groups=1,
+            chunk_size=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=32,
+        ),
+        "hybrid: Mamba2, MoE-only and MLP-only layers",
+    ),
+    Family(
+        "mamba2",
+        lambda: tf.Mamba2Config(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_heads=4,
+            head_dim=32,
+            state_size=8,
+            n_groups=1,
+            chunk_size=16,
+        ),
+        "recurrent: Mamba2, no attention layer",
+    ),
+    Family(
+        "mamba",
+        # untied: a tied random model's logits pick the input token (embedding . itself) at any temperature
+        lambda: tf.MambaConfig(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8, tie_word_embeddings=False
+        ),
+        "recurrent: Mamba (continued chunks token by token)",
+    ),
+    Family(
+        "falcon_mamba",
+        # untied: a tied random model's logits pick the input token (embedding . itself) at any temperature
+        lambda: tf.FalconMambaConfig(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8, tie_word_embeddings=False
+        ),
+        "recurrent: Mamba with B/C/dt norms (continued chunks token by token)",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 
 REFUSED: tuple[Family, ...] = (
     Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
-    Family(
-        "nemotron_h",
-        _cfg(
-            tf.NemotronHConfig,
-            layers_block_type=["mamba", "attention"],
-            mamba_num_heads=8,
-            mamba_head_dim=16,
-            ssm_state_size=8,
-            n_groups=1,
-        ),
-        "layers that keep state between steps",
-    ),
     Family(
         "falcon",
         _cfg(tf.FalconConfig, new_decoder_architecture=True),
@@ -267,28 +303,16 @@ REFUSED: tuple[Family, ...] = (
         "model.layers.0 holds self_attn: BailingHybridDeltaAttention",
     ),
     Family(
-        "mamba",
-        lambda: tf.MambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8),
-        "keep state between steps (backbone.layers.0: MambaBlock)",
-    ),
-    Family(
-        "mamba2",
-        lambda: tf.Mamba2Config(
-            vocab_size=VOCAB,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_heads=4,
-            head_dim=32,
-            state_size=8,
-            n_groups=1,
-            chunk_size=16,
+        "minimax",
+        _cfg(
+            tf.MiniMaxConfig,
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            layer_types=["linear_attention", "full_attention"],
+            block_size=16,
         ),
-        "keep state between steps (backbone.layers.0: Mamba2Block)",
-    ),
-    Family(
-        "falcon_mamba",
-        lambda: tf.FalconMambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8),
-        "keep state between steps (backbone.layers.0: FalconMambaBlock)",
+        "keep state between steps (model.layers.0.self_attn: MiniMaxLightningAttention)",
     ),
     Family(
         "recurrent_gemma",

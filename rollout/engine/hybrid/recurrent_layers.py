@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from rollout.engine.hybrid.position_wise_layers import position_wise_layer_indices
 from rollout.engine.hybrid.stacked_states import StackedStates
 from rollout.engine.hybrid.state_pool import StatePool
 
@@ -37,13 +38,18 @@ SUPPORTED = frozenset(
         "BambaMixer",
         "GraniteMoeHybridMambaLayer",
         "FalconH1Mixer",
+        "NemotronHMamba2Mixer",
+        "Mamba2Mixer",
+        "MambaMixer",
+        "FalconMambaMixer",
     }
 )
-# Mixers whose multi-token path starts its scan from a zero state (Jamba's selective scan takes no
-# initial state): a chunk that continues a carried state goes through their one-token path, token by
-# token, which is exact. The load-time self-check prefills in chunks, so a mixer missing here that
-# needed it would be refused, not run wrong (it measured 4.7e-4 on Jamba before this).
-_STEPWISE = frozenset({"JambaMambaMixer"})
+# Mixers whose multi-token path starts its scan from a zero state (Mamba's selective scan, which
+# Jamba's reuses, takes no initial state): a chunk that continues a carried state goes through their
+# one-token path, token by token, which is exact. The load-time self-check prefills in chunks, so a
+# mixer missing here that needed it would be refused, not run wrong (without it, fp32: Jamba 4.7e-4,
+# Mamba 2.5e-3, Falcon-Mamba 4.3e-2).
+_STEPWISE = frozenset({"JambaMambaMixer", "MambaMixer", "FalconMambaMixer"})
 _CACHE_ARGS = ("cache_params", "past_key_values", "cache")  # "cache": transformers >= 5.24
 
 
@@ -184,6 +190,7 @@ def recurrent_layer_indices(model: nn.Module) -> frozenset[int]:
 
 
 def attention_layer_indices(model: nn.Module) -> list[int]:
-    """The layers that must call attention once each: every layer of a plain model."""
-    recurrent = recurrent_layer_indices(model)
-    return [i for i in range(model.config.get_text_config().num_hidden_layers) if i not in recurrent]
+    """The layers that must call attention once each: every layer of a plain model; of a hybrid, all but
+    its recurrent layers and its position-wise ones (position_wise_layers.py)."""
+    skip = recurrent_layer_indices(model) | position_wise_layer_indices(model)
+    return [i for i in range(model.config.get_text_config().num_hidden_layers) if i not in skip]

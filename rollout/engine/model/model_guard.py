@@ -94,6 +94,8 @@ def check_stateful_layers(model: PreTrainedModel) -> None:
         cls = type(module).__name__
         if isinstance(module, PreTrainedModel):  # MambaForCausalLM, MambaModel: the layer inside is named
             continue
+        if "Norm" in cls:  # MambaRMSNorm, Mamba2RMSNorm: position-wise, whatever family names them
+            continue
         if any(word in cls for word in _STATEFUL_NAMES) and not is_within_supported(model, module_name):
             raise UnsupportedModelError(
                 f"{name} has layers that keep state between steps ({module_name}: {cls}); the engine keeps "

@@ -153,13 +153,14 @@ def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
     return "layers without one: " + "; ".join(described)
 
 
-def model_max_len(model: PreTrainedModel) -> int:
+def model_max_len(model: PreTrainedModel) -> int | None:
+    """The context length the config declares; None when it declares none (Mamba: no positions)."""
     text_config = model.config.get_text_config()
     for name in ("max_position_embeddings", "n_positions", "seq_length"):
         value = getattr(text_config, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    raise ValueError("cannot tell the model's context length; set EngineConfig.max_model_len")
+    return None
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> tuple[int, ...]:
