@@ -53,7 +53,7 @@ tuning derives positions from a cache length, so the engine hands such models a 
 length per token is its true position minus its packed index (`rollout/engine/model/derived_positions.py`).
 
 Hybrid models (attention + recurrent layers; marked "hybrid" below) run their recurrent layers per
-sequence with states pooled beside the KV cache, prefix caching off (docs/hybrid_models.md).
+sequence with states pooled beside the KV cache; prefix hits resume from state snapshots (docs/hybrid_models.md).
 """
 
 

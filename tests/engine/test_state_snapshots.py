@@ -140,3 +140,16 @@ def test_pending_snapshots_count_against_the_cap() -> None:
         compute(bm, seq, 3)
         compute(bm, seq, 1)  # boundary 4, past the prompt: pending
     assert len(bm.snapshots) == 0 and bm.snapshots.num_pending == 2  # the kept one went; no room for a third
+
+
+def test_a_snapshot_of_a_decode_stack_row_copies_that_row_only() -> None:
+    """After a batched decode a slot's states are row views of the step's stack (stacked_states.py)."""
+    bm = make_block_manager()
+    seq = make_seq(list(range(5)), 0)
+    compute(bm, seq, 4)
+    stack = torch.arange(32.0).reshape(16, 2)
+    state_view = stack[5:6]
+    bm.states.slot(0, fresh=False).layers[recurrent_layer(bm)].conv_states[0] = state_view
+    snapshot = bm.snapshots.take(0, None, (0, 1, 2, 3))
+    copied = snapshot.states.layers[recurrent_layer(bm)].conv_states[0]
+    assert torch.equal(copied, state_view) and copied.untyped_storage().nbytes() == 8

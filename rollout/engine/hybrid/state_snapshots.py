@@ -17,6 +17,7 @@ import copy
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import torch
 from transformers import DynamicCache
 
 from rollout.config import EngineConfig
@@ -41,6 +42,10 @@ class StateSnapshots:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def nbytes(self) -> int:
+        """The bytes the kept snapshots' states take."""
+        return sum(_state_bytes(snapshot.states) for snapshot in self._kept.values())
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._kept
@@ -105,13 +110,21 @@ def state_snapshots(config: EngineConfig, pool: StatePool | None) -> StateSnapsh
     return StateSnapshots(pool, capacity)
 
 
+def _state_bytes(slot: DynamicCache) -> int:
+    return sum(state.nbytes for state in _states(slot))
+
+
+def _states(slot: DynamicCache) -> list[torch.Tensor]:
+    """Every conv and recurrent state tensor of `slot` (attention layers have none here)."""
+    out = []
+    for layer in slot.layers:
+        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
+            out += [state for state in (states or {}).values() if state is not None]
+    return out
+
+
 def copy_states(slot: DynamicCache) -> DynamicCache:
     """A deep copy of `slot` whose every state tensor is a fresh one of its own size: a state that is a
     row view of a batched decode's stack (stacked_states.py) copies that row, not the stack."""
-    memo: dict[int, object] = {}
-    for layer in slot.layers:
-        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-            for state in (states or {}).values():
-                if state is not None:
-                    memo[id(state)] = state.clone()
+    memo: dict[int, object] = {id(state): state.clone() for state in _states(slot)}
     return copy.deepcopy(slot, memo)
