@@ -9,7 +9,7 @@ from rollout import LLM, SamplingParams
 from rollout.outputs import RequestOutput
 from tests.builders import random_prompts
 from tests.engine.test_hybrid_models import FAMILIES, SEEDED, TOL, hybrid_llm
-from tests.models.zoo import Family, build
+from tests.models.zoo import HYBRID, Family, build
 
 BLOCK = 4  # hybrid_llm's block size
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0, logprobs=0, logprobs_mode="raw", ignore_eos=True)
@@ -44,7 +44,7 @@ def test_a_repeated_prompt_resumes_at_its_last_full_block_and_equals_a_run_witho
     assert hits(cached) == sum((len(p) - 1) // BLOCK * BLOCK for p in prompts)
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
+@pytest.mark.parametrize("family", HYBRID, ids=lambda f: f.model_type)
 def test_each_turn_resumes_where_the_previous_turn_ended(family: Family) -> None:
     """Turn k+1's prompt is turn k's prompt + completion + new text: it hits up to the last block
     boundary turn k computed (its last sampled token is never computed)."""
