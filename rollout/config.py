@@ -18,6 +18,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 4096
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
+    # Hybrid models: recurrent-state snapshots kept for prefix hits (rollout/engine/hybrid/state_snapshots.py),
+    # least recently used dropped first; None: max_num_seqs. 0 turns prefix caching off for hybrid models.
+    max_state_snapshots: int | None = None
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     attention_backend: str = "auto"  # "auto" | "sdpa" (CPU) | "torch" (the reference) | "triton"
@@ -39,6 +42,12 @@ class EngineConfig:
         _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.num_blocks is not None:
             _positive("num_blocks", self.num_blocks)
+        if self.max_state_snapshots is not None and (
+            not isinstance(self.max_state_snapshots, int) or self.max_state_snapshots < 0
+        ):
+            raise ValueError(
+                f"max_state_snapshots must be a non-negative integer, got {self.max_state_snapshots!r}"
+            )
         if self.max_staleness is not None and (
             not isinstance(self.max_staleness, int) or self.max_staleness < 0
         ):

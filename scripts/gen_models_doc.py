@@ -54,7 +54,7 @@ length per token is its true position minus its packed index (`rollout/engine/mo
 
 Hybrid models (attention + recurrent layers; marked "hybrid" below) and recurrent-only ones (marked
 "recurrent": no attention layer, so no KV) run their recurrent layers per sequence with states pooled
-beside the KV cache, prefix caching off (docs/hybrid_models.md).
+beside the KV cache; prefix hits resume from state snapshots (docs/hybrid_models.md).
 """
 
 

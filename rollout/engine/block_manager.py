@@ -6,7 +6,9 @@ least recently freed block first, so cached prefixes are evicted in LRU order. S
 their blocks tail first, which keeps the shared heads of prompts cached longest.
 
 Cache keys chain: a block's hash covers its parent's hash, its tokens and the weight version, so a
-block computed under old weights can never match after an update.
+block computed under old weights can never match after an update. A hybrid model's hit also needs
+the recurrent states after the hit blocks: it stops at the last one with a state snapshot
+(hybrid/state_snapshots.py), and a snapshot goes when its block is handed out again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rollout.engine.hybrid.state_pool import StatePool
+from rollout.engine.hybrid.state_snapshots import StateSnapshots
 from rollout.engine.request import Sequence
 
 
@@ -35,11 +38,13 @@ class BlockManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         states: StatePool | None = None,
+        snapshots: StateSnapshots | None = None,
     ) -> None:
         self.block_size = block_size
-        # A hybrid model's recurrent state is not in the blocks: a prefix hit would skip computing it.
-        self.enable_prefix_caching = enable_prefix_caching and states is None
+        # A hybrid model's recurrent state is not in the blocks: a hit must resume from a snapshot of it.
+        self.enable_prefix_caching = enable_prefix_caching and (states is None or snapshots is not None)
         self.states = states  # recurrent states follow the blocks: forked and freed with them
+        self.snapshots = snapshots if self.enable_prefix_caching else None
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
@@ -99,18 +104,32 @@ class BlockManager:
         assert not seq.block_table and seq.num_computed_tokens == 0
         if not self.enable_prefix_caching:
             return 0
-        parent = None
+        hits, parent = [], None
         for index in range((seq.num_tokens - 1) // self.block_size):
             tokens = self._block_tokens(seq, index)
             block_id = self.cached.get(self._hash(parent, tokens))
             if block_id is None or not self._matches(self.blocks[block_id], parent, tokens):
                 break
+            hits.append(block_id)
+            parent = self.blocks[block_id].block_hash
+        if self.snapshots is not None:
+            hits = self._resume_from_snapshot(seq, hits)
+        for block_id in hits:
             self._take(block_id)
             seq.block_table.append(block_id)
-            parent = self.blocks[block_id].block_hash
-            seq.block_hashes.append(parent)
+            seq.block_hashes.append(self.blocks[block_id].block_hash)
         seq.num_computed_tokens = len(seq.block_table) * self.block_size
         return seq.num_computed_tokens
+
+    def _resume_from_snapshot(self, seq: Sequence, hits: list[int]) -> list[int]:
+        """A hybrid's hit ends at the last hit block with a state snapshot; `seq` starts from a copy of it."""
+        for count in range(len(hits), 0, -1):
+            block = self.blocks[hits[count - 1]]
+            snapshot = self.snapshots.find(block.block_hash, block.parent_hash, block.token_ids)
+            if snapshot is not None:
+                self.snapshots.start_from(seq.seq_id, snapshot)
+                return hits[:count]
+        return []
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Registers the blocks of `seq` that became full of computed tokens in the prefix cache."""
@@ -125,6 +144,27 @@ class BlockManager:
             if block.block_hash is None and block_hash not in self.cached:
                 block.block_hash, block.parent_hash, block.token_ids = block_hash, parent, tokens
                 self.cached[block_hash] = block.block_id
+        if self.snapshots is not None:
+            self._snapshot_states(seq)
+
+    def _snapshot_states(self, seq: Sequence) -> None:
+        """At a block boundary, snapshots `seq`'s states: kept at once inside the prompt, else pending
+        (only a decoding sequence's latest boundary, kept when it is freed: where its turn ended)."""
+        count, offset = divmod(seq.num_computed_tokens, self.block_size)
+        if offset != 0 or count == 0:
+            return
+        block_hash = seq.block_hashes[count - 1]
+        in_prompt = seq.num_computed_tokens <= seq.num_prompt_tokens
+        if in_prompt and (block_hash not in self.cached or block_hash in self.snapshots):
+            return  # nobody could find it, or it is kept already (a repeated prompt's)
+        if not in_prompt and not self.snapshots.can_hold(seq.seq_id):
+            return
+        parent = seq.block_hashes[count - 2] if count > 1 else None
+        snapshot = self.snapshots.take(seq.seq_id, parent, self._block_tokens(seq, count - 1))
+        if in_prompt:
+            self.snapshots.keep(block_hash, snapshot)
+        else:
+            self.snapshots.hold(seq.seq_id, block_hash, snapshot)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """The child shares every block of the parent; a shared partial block is copied on first write."""
@@ -142,6 +182,10 @@ class BlockManager:
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.kv_version = None
+        if self.snapshots is not None:
+            pending = self.snapshots.settle(seq.seq_id)
+            if pending is not None and pending[0] in self.cached:  # not after a reset or an update
+                self.snapshots.keep(*pending)
         if self.states is not None:  # finished, aborted or preempted: a recompute starts over
             self.states.release(seq.seq_id)
 
@@ -151,6 +195,8 @@ class BlockManager:
             block = self.blocks[block_id]
             block.block_hash = block.parent_hash = block.token_ids = None
         self.cached.clear()
+        if self.snapshots is not None:
+            self.snapshots.clear()
 
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version
@@ -167,6 +213,8 @@ class BlockManager:
         block = self.blocks[block_id]
         if block.block_hash is not None:
             del self.cached[block.block_hash]
+            if self.snapshots is not None:
+                self.snapshots.drop(block.block_hash)
             block.block_hash = block.parent_hash = block.token_ids = None
         block.ref_cnt = 1
         return block_id

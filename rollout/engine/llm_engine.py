@@ -21,6 +21,7 @@ from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.early_finish import truncate_outputs
 from rollout.engine.host_to_device import to_device
 from rollout.engine.hybrid.recurrent_layers import hybrid_state_pool
+from rollout.engine.hybrid.state_snapshots import state_snapshots
 from rollout.engine.model import checked_update, model_guard, model_loader, self_check
 from rollout.engine.model.model_loader import ModelInfo
 from rollout.engine.model_runner import ModelRunner
@@ -70,7 +71,11 @@ class LLMEngine:
         states = hybrid_state_pool(self.model, self.config.max_num_seqs)  # None unless recurrent layers
         self.is_hybrid = states is not None
         self.block_manager = BlockManager(
-            num_blocks, self.config.block_size, self.config.enable_prefix_caching, states
+            num_blocks,
+            self.config.block_size,
+            self.config.enable_prefix_caching,
+            states,
+            state_snapshots(self.config, states),
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
         # The local runner stays for the update self-check (single device only: TP refuses that option).
@@ -469,7 +474,8 @@ class LLMEngine:
             "num_running_seqs": len(sched.running),
             "num_waiting_seqs": len(sched.waiting),
             "num_preemptions": sched.stats.num_preemptions,
-            "prefix_caching": int(bm.enable_prefix_caching),  # 0 for hybrid models (recurrent state)
+            "prefix_caching": int(bm.enable_prefix_caching),
+            "num_state_snapshots": len(bm.snapshots) if bm.snapshots is not None else 0,  # hybrid models
             "weight_version": self._weight_version,
             **self.in_flight_totals.as_stats("in_flight_"),
             **self.last_in_flight.as_stats("last_update_"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
+from rollout.engine.hybrid.chunk_alignment import aligned_chunk
 from rollout.engine.prompt_logprobs import needs_prompt_logits, prompt_positions
 from rollout.engine.request import Sequence, SequenceStatus
 
@@ -88,10 +89,11 @@ class Scheduler:
                 out.num_batched_tokens += 1
                 budget -= 1
                 continue
-            if not self._make_room(seq, min(seq.num_pending_tokens, budget), out):
+            num_new_tokens = self._chunk(seq, budget)
+            if not self._make_room(seq, num_new_tokens, out):
                 preempted = True
                 continue
-            budget -= self._schedule(seq, min(seq.num_pending_tokens, budget), out)
+            budget -= self._schedule(seq, num_new_tokens, out)
         if not preempted:
             self._admit_waiting(budget, out)
         return out
@@ -144,7 +146,7 @@ class Scheduler:
                 break
             # cached blocks would skip computing positions whose prompt logprobs are still missing
             hit_tokens = 0 if needs_prompt_logits(seq) else self.block_manager.allocate_prefix(seq)
-            num_new_tokens = min(seq.num_pending_tokens, budget)
+            num_new_tokens = self._chunk(seq, budget)
             if not self.block_manager.can_append(seq, num_new_tokens):
                 self.block_manager.free(seq)
                 seq.num_computed_tokens = 0
@@ -154,6 +156,15 @@ class Scheduler:
             seats += self._seats(seq)
             self.add_running(seq)
             budget -= self._schedule(seq, num_new_tokens, out)
+
+    def _chunk(self, seq: Sequence, budget: int) -> int:
+        """The tokens `seq` computes this step: all pending that fit; a hybrid model caching prefixes
+        ends prefill chunks on block boundaries, where its states are snapshotted (chunk_alignment.py)."""
+        num_new_tokens = min(seq.num_pending_tokens, budget)
+        if self.block_manager.snapshots is None:
+            return num_new_tokens
+        bm = self.block_manager
+        return aligned_chunk(seq.num_computed_tokens, num_new_tokens, seq.num_tokens, bm.block_size)
 
     def _schedule(self, seq: Sequence, num_new_tokens: int, out: SchedulerOutput) -> int:
         copy = self.block_manager.append_slots(seq, num_new_tokens)

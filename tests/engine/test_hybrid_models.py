@@ -1,6 +1,6 @@
 """Hybrid models (attention + recurrent layers) and recurrent-only ones (Mamba, Mamba-2): per-sequence
 states stay exact through chunked prefill, n samples forked from one prompt, preemption, weight
-updates; prefix caching is off."""
+updates (prefix caching on hybrids: test_hybrid_prefix_caching.py)."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ def test_preempted_sequences_recompute_their_state_from_scratch(family: Family) 
     assert_exact(build(family), prompts, outputs)
 
 
-def test_prefix_caching_is_off_and_the_stats_say_so() -> None:
-    """A hit would skip computing the recurrent state of the cached tokens: never reused."""
-    llm = hybrid_llm(FAMILIES[0])
+def test_no_state_snapshots_turn_prefix_caching_off_and_the_stats_say_so() -> None:
+    """max_state_snapshots=0: a hit would have no recurrent state to resume from, so none is taken."""
+    llm = hybrid_llm(FAMILIES[0], max_state_snapshots=0)
     prompt = random_prompts(1, 30, 30, seed=4)
     greedy = SamplingParams(max_tokens=4, temperature=0.0)
     assert (

@@ -33,7 +33,13 @@ def test_invalid_sampling_params_name_the_field(field: str, value: object) -> No
 
 @pytest.mark.parametrize(
     "field, value",
-    [("block_size", 0), ("max_num_seqs", -1), ("dtype", "float8"), ("attention_backend", "flash")],
+    [
+        ("block_size", 0),
+        ("max_num_seqs", -1),
+        ("dtype", "float8"),
+        ("attention_backend", "flash"),
+        ("max_state_snapshots", -1),
+    ],
 )
 def test_invalid_engine_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):

@@ -6,8 +6,8 @@ tokens owns a slot here: a transformers cache object built from the model's conf
 the recurrent layers are used (attention stays in the paged KV cache), so the states have exactly
 the shapes, dtypes and update rules the model's own layers define. A prompt's n samples each get a
 copy of the prompt's state at the fork (the KV blocks stay shared); a sequence that starts over
-(first chunk, or recompute after a preemption or an update) gets a fresh slot; finished sequences
-give theirs back.
+(first chunk, or recompute after a preemption or an update) gets a fresh slot, or a copy of a
+snapshot after a prefix hit (state_snapshots.py); finished sequences give theirs back.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ class StatePool:
                 raise RuntimeError(f"state pool full: {self.capacity} slots (max_num_seqs) in use")
             self._slots[seq_id] = DynamicCache(config=self._config)
         return self._slots[seq_id]
+
+    def start_from(self, seq_id: int, states: DynamicCache) -> None:
+        """`seq_id` starts from `states`, which become its own (a prefix hit's copy of a snapshot)."""
+        if seq_id not in self._slots and len(self._slots) >= self.capacity:
+            raise RuntimeError(f"state pool full: {self.capacity} slots (max_num_seqs) in use")
+        self._slots[seq_id] = states
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """`child_id` continues from `parent_id`'s state (a prompt's other samples, after its prefill)."""
