@@ -222,6 +222,25 @@ HYBRID: tuple[Family, ...] = (
         _cfg(tf.FalconH1Config, mamba_d_ssm=128, head_dim=16, **_MAMBA2),
         "hybrid: Mamba2 beside attention in every layer",
     ),
+    Family(
+        "kimi_linear",
+        _cfg(
+            tf.KimiLinearConfig,
+            **_HYBRID_LAYERS,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            num_key_value_heads=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 4},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+        ),
+        "hybrid: Kimi Delta Attention, MLA, MoE",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 
@@ -257,9 +276,6 @@ REFUSED: tuple[Family, ...] = (
             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
         ),
         "key/value rows for",  # compressed entries appended to the keys: one row per token no longer holds
-    ),
-    Family(
-        "kimi_linear", _cfg(tf.KimiLinearConfig), "model.layers.0 holds self_attn: KimiLinearDeltaAttention"
     ),
     Family(
         "bailing_hybrid",

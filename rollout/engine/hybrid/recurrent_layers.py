@@ -37,6 +37,7 @@ SUPPORTED = frozenset(
         "BambaMixer",
         "GraniteMoeHybridMambaLayer",
         "FalconH1Mixer",
+        "KimiLinearDeltaAttention",
     }
 )
 # Mixers whose multi-token path starts its scan from a zero state (Jamba's selective scan takes no
