@@ -241,6 +241,24 @@ HYBRID: tuple[Family, ...] = (
         ),
         "hybrid: Kimi Delta Attention, MLA, MoE",
     ),
+    Family(
+        "zamba2",
+        _cfg(
+            tf.Zamba2Config,
+            num_hidden_layers=5,
+            num_key_value_heads=4,  # transformers' adapters add full-width K/V: grouped K/V fails in its own forward
+            # layers 1 and 4 run one shared block (tied weights), each with its own KV and adapters
+            layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+            num_mem_blocks=2,
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,
+            n_mamba_heads=4,
+            mamba_d_state=8,
+            chunk_size=16,
+        ),
+        "hybrid: Mamba2, a shared attention block reused at several depths",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 

@@ -38,6 +38,7 @@ SUPPORTED = frozenset(
         "GraniteMoeHybridMambaLayer",
         "FalconH1Mixer",
         "KimiLinearDeltaAttention",
+        "Zamba2MambaMixer",
     }
 )
 # Mixers whose multi-token path starts its scan from a zero state (Jamba's selective scan takes no
