@@ -13,9 +13,8 @@ from tests.engine.in_flight_builders import keep_reference
 from tests.models.zoo import HYBRID, Family, build
 
 TOL = 1e-4
-FAMILIES = [
-    f for f in HYBRID if f.model_type in ("lfm2", "qwen3_next", "jamba", "bamba", "kimi_linear", "zamba2")
-]
+EXACT = ("lfm2", "qwen3_next", "jamba", "bamba", "kimi_linear", "zamba2", "zaya", "bailing_hybrid")
+FAMILIES = [f for f in HYBRID if f.model_type in EXACT]
 # temperature 2 spreads the samples; "raw" logprobs are the unscaled ones a forward gives
 SEEDED = SamplingParams(
     n=3, max_tokens=8, temperature=2.0, seed=5, logprobs=0, logprobs_mode="raw", ignore_eos=True

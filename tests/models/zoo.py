@@ -259,6 +259,42 @@ HYBRID: tuple[Family, ...] = (
         ),
         "hybrid: Mamba2, a shared attention block reused at several depths",
     ),
+    Family(
+        "zaya",
+        _cfg(
+            tf.ZayaConfig,
+            **_HYBRID_LAYERS,
+            head_dim=16,
+            layer_types=["hybrid", "hybrid_sliding", "hybrid", "hybrid_sliding"],
+            sliding_window=8,
+            num_experts=4,
+            moe_intermediate_size=32,
+            router_hidden_size=16,
+        ),
+        "convolved queries and keys, delayed values (state beside the KV), sliding window, MoE",
+    ),
+    Family(
+        "bailing_hybrid",
+        _cfg(
+            tf.BailingHybridConfig,
+            **_HYBRID_LAYERS,
+            head_dim=16,  # the linear layers' head size (the MLA one is qk_rope_head_dim)
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            num_key_value_heads=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            first_k_dense_replace=1,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            moe_intermediate_size=32,
+        ),
+        "hybrid: Kimi-style delta attention, MLA, MoE",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 
@@ -294,11 +330,6 @@ REFUSED: tuple[Family, ...] = (
             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
         ),
         "key/value rows for",  # compressed entries appended to the keys: one row per token no longer holds
-    ),
-    Family(
-        "bailing_hybrid",
-        _cfg(tf.BailingHybridConfig),
-        "model.layers.0 holds self_attn: BailingHybridDeltaAttention",
     ),
     Family(
         "mamba",
