@@ -271,7 +271,7 @@ HYBRID: tuple[Family, ...] = (
             moe_intermediate_size=32,
             router_hidden_size=16,
         ),
-        "convolved queries and keys, delayed values (state beside the KV), sliding window, MoE",
+        "hybrid: convolved queries and keys, delayed values (state beside the KV), sliding window, MoE",
     ),
     Family(
         "bailing_hybrid",
@@ -367,7 +367,8 @@ REFUSED: tuple[Family, ...] = (
             lru_width=64,
             attention_window_size=16,
         ),
-        "keep state between steps (model.layers.0: RecurrentGemmaDecoderLayer)",
+        "(model.layers.0.temporal_block: RecurrentGemmaRecurrentBlock): it keeps its convolution window and "
+        "RG-LRU state as module attributes",
     ),
 )
 
