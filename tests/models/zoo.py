@@ -270,6 +270,79 @@ HYBRID: tuple[Family, ...] = (
         ),
         "recurrent: Mamba with B/C/dt norms (continued chunks token by token)",
     ),
+    Family(
+        "kimi_linear",
+        _cfg(
+            tf.KimiLinearConfig,
+            **_HYBRID_LAYERS,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            num_key_value_heads=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 4},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+        ),
+        "hybrid: Kimi Delta Attention, MLA, MoE",
+    ),
+    Family(
+        "zamba2",
+        _cfg(
+            tf.Zamba2Config,
+            num_hidden_layers=5,
+            num_key_value_heads=4,  # transformers' adapters add full-width K/V: grouped K/V fails in its own forward
+            # layers 1 and 4 run one shared block (tied weights), each with its own KV and adapters
+            layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+            num_mem_blocks=2,
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,
+            n_mamba_heads=4,
+            mamba_d_state=8,
+            chunk_size=16,
+        ),
+        "hybrid: Mamba2, a shared attention block reused at several depths",
+    ),
+    Family(
+        "zaya",
+        _cfg(
+            tf.ZayaConfig,
+            **_HYBRID_LAYERS,
+            head_dim=16,
+            layer_types=["hybrid", "hybrid_sliding", "hybrid", "hybrid_sliding"],
+            sliding_window=8,
+            num_experts=4,
+            moe_intermediate_size=32,
+            router_hidden_size=16,
+        ),
+        "hybrid: convolved queries and keys, delayed values (state beside the KV), sliding window, MoE",
+    ),
+    Family(
+        "bailing_hybrid",
+        _cfg(
+            tf.BailingHybridConfig,
+            **_HYBRID_LAYERS,
+            head_dim=16,  # the linear layers' head size (the MLA one is qk_rope_head_dim)
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            num_key_value_heads=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            first_k_dense_replace=1,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            moe_intermediate_size=32,
+        ),
+        "hybrid: Kimi-style delta attention, MLA, MoE",
+    ),
 )
 SUPPORTED = SUPPORTED + HYBRID
 
@@ -295,14 +368,6 @@ REFUSED: tuple[Family, ...] = (
         "key/value rows for",  # compressed entries appended to the keys: one row per token no longer holds
     ),
     Family(
-        "kimi_linear", _cfg(tf.KimiLinearConfig), "model.layers.0 holds self_attn: KimiLinearDeltaAttention"
-    ),
-    Family(
-        "bailing_hybrid",
-        _cfg(tf.BailingHybridConfig),
-        "model.layers.0 holds self_attn: BailingHybridDeltaAttention",
-    ),
-    Family(
         "minimax",
         _cfg(
             tf.MiniMaxConfig,
@@ -326,7 +391,8 @@ REFUSED: tuple[Family, ...] = (
             lru_width=64,
             attention_window_size=16,
         ),
-        "keep state between steps (model.layers.0: RecurrentGemmaDecoderLayer)",
+        "(model.layers.0.temporal_block: RecurrentGemmaRecurrentBlock): it keeps its convolution window and "
+        "RG-LRU state as module attributes",
     ),
 )
 

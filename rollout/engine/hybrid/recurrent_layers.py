@@ -42,6 +42,10 @@ SUPPORTED = frozenset(
         "Mamba2Mixer",
         "MambaMixer",
         "FalconMambaMixer",
+        "KimiLinearDeltaAttention",
+        "Zamba2MambaMixer",
+        "ZayaCCAProjection",
+        "BailingHybridDeltaAttention",
     }
 )
 # Mixers whose multi-token path starts its scan from a zero state (Mamba's selective scan, which
@@ -85,24 +89,26 @@ def wrap_recurrent_layers(model: nn.Module) -> int:
     for module in modules:
         if not getattr(module, "_rollout_wrapped", False):
             stepwise = type(module).__name__ in _STEPWISE
-            module.forward = _per_sequence(module.forward, _cache_arg(module), module.layer_idx, stepwise)
+            module.forward = _per_sequence(module.forward, _arg_names(module), module.layer_idx, stepwise)
             module._rollout_wrapped = True
     return len(modules)
 
 
-def _cache_arg(module: nn.Module) -> str:
-    params = inspect.signature(module.forward).parameters
-    return next(name for name in _CACHE_ARGS if name in params)
+def _arg_names(module: nn.Module) -> tuple[str, ...]:
+    """The forward's argument names, the cache's first (ZayaCCAProjection takes its arguments by position)."""
+    params = list(inspect.signature(module.forward).parameters)[1:]
+    return (next(name for name in _CACHE_ARGS if name in params), *params)
 
 
-def _per_sequence(forward, cache_arg: str, layer_idx: int, stepwise: bool):
+def _per_sequence(forward, names: tuple[str, ...], layer_idx: int, stepwise: bool):
+    cache_arg, positional = names[0], names[1:]
+
     @functools.wraps(forward)
     def run(hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
         segments = _SEGMENTS.get()
         if segments is None:  # outside an engine step (the guard's probe): the module as it is
             return forward(hidden_states, *args, **kwargs)
-        if args:
-            raise TypeError("recurrent layers are called with keyword arguments only")
+        kwargs.update(zip(positional, args, strict=False))
         kwargs.pop(cache_arg, None)
         kwargs.pop("attention_mask", None)  # no padding inside a sequence's own rows
         total = hidden_states.shape[1]
@@ -111,21 +117,45 @@ def _per_sequence(forward, cache_arg: str, layer_idx: int, stepwise: bool):
         decodes = [p for p in segments if p.end - p.start == 1 and _carries_state(p, layer_idx)]
         if len(decodes) < 2 or stepwise:  # Jamba's one-token path differs when batched (self-check: 5e-3)
             decodes = []
-        out = torch.empty_like(hidden_states)
+        out = _Output(total)
         if decodes:  # one call for every one-token row that continues a state
             rows = torch.tensor([p.start for p in decodes], device=hidden_states.device)
             stacked = StackedStates([p.states for p in decodes], layer_idx)
-            out[0, rows] = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})[:, 0]
+            result = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})
+            out.put(rows, [r[:, 0] for r in _tensors(result)])
             stacked.scatter()
         batched = set(map(id, decodes))
         for p in pieces:
             if id(p) not in batched:
-                out[:, p.start : p.end] = forward(
+                result = forward(
                     hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total)
                 )
-        return out
+                out.put(slice(p.start, p.end), [r[0] for r in _tensors(result)])
+        return out.result(tuple_output=isinstance(result, tuple))
 
     return run
+
+
+class _Output:
+    """A layer's output over the packed rows, filled piece by piece: one tensor [1, rows, ...], or several
+    (ZayaCCAProjection returns query, key and value)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.tensors = total, []
+
+    def put(self, rows: torch.Tensor | slice, pieces: list[torch.Tensor]) -> None:
+        if not self.tensors:
+            self.tensors = [p.new_empty((self.total, *p.shape[1:])) for p in pieces]
+        for tensor, piece in zip(self.tensors, pieces, strict=True):
+            tensor[rows] = piece
+
+    def result(self, tuple_output: bool) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        tensors = tuple(t[None] for t in self.tensors)
+        return tensors if tuple_output else tensors[0]
+
+
+def _tensors(result: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return result if isinstance(result, tuple) else (result,)
 
 
 def _carries_state(segment: Segment, layer_idx: int) -> bool:

@@ -8,6 +8,9 @@ shape each layer really produces. `self_check` then compares numbers against the
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import PreTrainedModel
 
@@ -24,7 +27,14 @@ NEUTRAL_KWARGS = frozenset(
 )
 # Module class names of layers that carry state across steps (the engine keeps only KV).
 _STATEFUL_NAMES = ("Mamba", "Mixer", "GatedDeltaNet", "ShortConv", "Recurrent", "Rwkv", "Lightning")
+_STATE_CALLS = ("get_conv_state(", "get_recurrent_state(", "update_conv_state(", "update_recurrent_state(")
 _PROBE_TOKENS = 4
+# Stateful classes that cannot run per sequence with pooled states, and why (the refusal names it).
+_KNOWN_CAUSES = {
+    "RecurrentGemmaRecurrentBlock": "it keeps its convolution window and RG-LRU state as module attributes "
+    "(conv1d_state, rg_lru.recurrent_states) for one batch at a time, not in a cache object the engine can "
+    "keep per sequence, and its multi-token path restarts the convolution from zeros",
+}
 
 
 class UnsupportedModelError(ValueError):
@@ -91,16 +101,34 @@ def check_stateful_layers(model: PreTrainedModel) -> None:
     """Recurrent layers run per sequence with pooled states (recurrent_layers.py) when supported."""
     name = f"{type(model).__name__} (model_type {model.config.get_text_config().model_type!r})"
     for module_name, module in model.named_modules():
+        if type(module).__name__ in _KNOWN_CAUSES:
+            raise UnsupportedModelError(
+                f"{name} has layers that keep state between steps ({module_name}: {type(module).__name__}): "
+                f"{_KNOWN_CAUSES[type(module).__name__]}; the engine cannot run this model exactly"
+            )
+    for module_name, module in model.named_modules():
         cls = type(module).__name__
         if isinstance(module, PreTrainedModel):  # MambaForCausalLM, MambaModel: the layer inside is named
             continue
         if "Norm" in cls:  # MambaRMSNorm, Mamba2RMSNorm: position-wise, whatever family names them
             continue
-        if any(word in cls for word in _STATEFUL_NAMES) and not is_within_supported(model, module_name):
+        stateful = any(word in cls for word in _STATEFUL_NAMES) or _calls_cache_states(type(module))
+        if stateful and not is_within_supported(model, module_name):
             raise UnsupportedModelError(
                 f"{name} has layers that keep state between steps ({module_name}: {cls}); the engine keeps "
                 "only the KV cache, so it cannot run this model exactly"
             )
+
+
+@functools.cache
+def _calls_cache_states(cls: type) -> bool:
+    """A module whose own forward reads or writes the cache's conv / recurrent states keeps state between
+    steps, whatever its name (ZayaCCAProjection has no stateful word; bf16's self-check bound missed it)."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):  # built-in or generated: no source to read
+        return False
+    return any(call in source for call in _STATE_CALLS)
 
 
 def _check_chunked_attention(text_config: object, name: str) -> None:

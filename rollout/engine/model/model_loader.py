@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rollout.config import EngineConfig
 from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
 from rollout.engine.model.model_guard import check_stateful_layers
+from rollout.engine.model.shared_attention import index_shared_attention
 from rollout.hf import attention as hf_attention
 from rollout.hf import fused_modules
 
@@ -105,6 +106,7 @@ def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedMod
     model.set_attn_implementation(hf_attention.ATTN_IMPLEMENTATION)
     if model.config._attn_implementation != hf_attention.ATTN_IMPLEMENTATION:
         raise ValueError(f"{type(model).__name__} does not support transformers' attention interface")
+    index_shared_attention(model)  # Zamba2: attention told its layer at call time gets it now
     _check_layer_indices(model)
     if config.tensor_parallel_size == 1:  # a probe would run one rank's sharded modules alone
         fused_modules.install(model)
