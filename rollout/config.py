@@ -19,7 +19,9 @@ class EngineConfig:
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     # Hybrid models: recurrent-state snapshots kept for prefix hits (rollout/engine/hybrid/state_snapshots.py),
-    # least recently used dropped first; None: max_num_seqs. 0 turns prefix caching off for hybrid models.
+    # least recently used dropped first; their bytes come out of the KV cache budget (ValueError naming it when
+    # they do not fit). None: derived from memory, at most max_num_seqs and at most a quarter of the budget the
+    # running sequences' states leave (hybrid/state_budget.py). 0 turns prefix caching off for hybrid models.
     max_state_snapshots: int | None = None
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"

@@ -2,7 +2,8 @@
 
 Blocks are sized to what can be used (max_num_seqs sequences of max_model_len tokens) within a
 memory budget: `kv_cache_memory_gb` when set, else the free GPU memory left by
-`gpu_memory_utilization`, else 1 GiB on CPU; never fewer than one full-length sequence needs.
+`gpu_memory_utilization`, else 1 GiB on CPU, less a hybrid model's recurrent states
+(hybrid/state_budget.py); never fewer than one full-length sequence needs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def max_model_len(model: PreTrainedModel, config: EngineConfig) -> int:
     return wanted
 
 
-def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, device: torch.device) -> int:
+def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, budget: int) -> int:
+    """`config.num_blocks`, or as many as `budget` bytes hold and can be used."""
     block_size = config.block_size
     per_seq = -(-max_len // block_size)
     if config.num_blocks is not None:
@@ -38,7 +40,6 @@ def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, device: to
                 f"{max_len} ({per_seq} blocks of {block_size})"
             )
         return config.num_blocks
-    budget = kv_cache_bytes(config, device)
     useful = per_seq * config.max_num_seqs
     per_block = spec.bytes_per_block(block_size)
     if per_block == 0:  # no attention layer (Mamba-2): blocks only count positions, they hold no KV

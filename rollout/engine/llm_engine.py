@@ -21,6 +21,7 @@ from rollout.engine.cuda_graphs import use_cuda_graphs
 from rollout.engine.early_finish import truncate_outputs
 from rollout.engine.host_to_device import to_device
 from rollout.engine.hybrid.recurrent_layers import hybrid_state_pool
+from rollout.engine.hybrid.state_budget import state_budget
 from rollout.engine.hybrid.state_snapshots import state_snapshots
 from rollout.engine.model import checked_update, model_guard, model_loader, self_check
 from rollout.engine.model.model_loader import ModelInfo
@@ -67,15 +68,18 @@ class LLMEngine:
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         backend = get_backend(self.config.attention_backend, device)
         kv_spec = model_guard.check_model(self.model, backend)
-        num_blocks = kv_sizing.num_blocks(self.config, self.max_model_len, kv_spec, device)
         states = hybrid_state_pool(self.model, self.config.max_num_seqs)  # None unless recurrent layers
+        self.state_budget = state_budget(self.model, states, self.config, device)  # the states' share first
+        num_blocks = kv_sizing.num_blocks(
+            self.config, self.max_model_len, kv_spec, self.state_budget.kv_bytes
+        )
         self.is_hybrid = states is not None
         self.block_manager = BlockManager(
             num_blocks,
             self.config.block_size,
             self.config.enable_prefix_caching,
             states,
-            state_snapshots(self.config, states),
+            state_snapshots(self.config, states, self.state_budget.num_snapshots),
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
         # The local runner stays for the update self-check (single device only: TP refuses that option).
@@ -476,6 +480,9 @@ class LLMEngine:
             "num_preemptions": sched.stats.num_preemptions,
             "prefix_caching": int(bm.enable_prefix_caching),
             "num_state_snapshots": len(bm.snapshots) if bm.snapshots is not None else 0,  # hybrid models
+            "max_state_snapshots": bm.snapshots.capacity if bm.snapshots is not None else 0,
+            "state_bytes_per_seq": self.state_budget.bytes_per_seq,  # one slot or snapshot; 0 without
+            "state_bytes_reserved": self.state_budget.state_bytes,  # running slots + snapshot cap
             "weight_version": self._weight_version,
             **self.in_flight_totals.as_stats("in_flight_"),
             **self.last_in_flight.as_stats("last_update_"),

@@ -35,8 +35,12 @@ class StatePool:
                 raise KeyError(f"sequence {seq_id} resumes without recurrent state")
             if seq_id not in self._slots and len(self._slots) >= self.capacity:
                 raise RuntimeError(f"state pool full: {self.capacity} slots (max_num_seqs) in use")
-            self._slots[seq_id] = DynamicCache(config=self._config)
+            self._slots[seq_id] = self.new_states()
         return self._slots[seq_id]
+
+    def new_states(self) -> DynamicCache:
+        """Empty states, as a sequence's first step gets them (the budget's probe measures one)."""
+        return DynamicCache(config=self._config)
 
     def start_from(self, seq_id: int, states: DynamicCache) -> None:
         """`seq_id` starts from `states`, which become its own (a prefix hit's copy of a snapshot)."""

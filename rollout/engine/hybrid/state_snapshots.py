@@ -45,7 +45,7 @@ class StateSnapshots:
 
     def nbytes(self) -> int:
         """The bytes the kept snapshots' states take."""
-        return sum(_state_bytes(snapshot.states) for snapshot in self._kept.values())
+        return sum(state_bytes(snapshot.states) for snapshot in self._kept.values())
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._kept
@@ -102,19 +102,20 @@ class StateSnapshots:
         self._pending.clear()
 
 
-def state_snapshots(config: EngineConfig, pool: StatePool | None) -> StateSnapshots | None:
-    """The snapshot store of a hybrid model (`pool`) caching prefixes; None when it has no use."""
-    capacity = config.max_num_seqs if config.max_state_snapshots is None else config.max_state_snapshots
+def state_snapshots(config: EngineConfig, pool: StatePool | None, capacity: int) -> StateSnapshots | None:
+    """The snapshot store of a hybrid model (`pool`) caching prefixes, `capacity` from the memory budget
+    (state_budget.py); None when it has no use."""
     if pool is None or not config.enable_prefix_caching or capacity == 0:
         return None
     return StateSnapshots(pool, capacity)
 
 
-def _state_bytes(slot: DynamicCache) -> int:
-    return sum(state.nbytes for state in _states(slot))
+def state_bytes(slot: DynamicCache) -> int:
+    """The bytes of `slot`'s conv and recurrent states (a row view of a decode's stack counts its row)."""
+    return sum(state.nbytes for state in state_tensors(slot))
 
 
-def _states(slot: DynamicCache) -> list[torch.Tensor]:
+def state_tensors(slot: DynamicCache) -> list[torch.Tensor]:
     """Every conv and recurrent state tensor of `slot` (attention layers have none here)."""
     out = []
     for layer in slot.layers:
@@ -126,5 +127,5 @@ def _states(slot: DynamicCache) -> list[torch.Tensor]:
 def copy_states(slot: DynamicCache) -> DynamicCache:
     """A deep copy of `slot` whose every state tensor is a fresh one of its own size: a state that is a
     row view of a batched decode's stack (stacked_states.py) copies that row, not the stack."""
-    memo: dict[int, object] = {id(state): state.clone() for state in _states(slot)}
+    memo: dict[int, object] = {id(state): state.clone() for state in state_tensors(slot)}
     return copy.deepcopy(slot, memo)
