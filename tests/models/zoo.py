@@ -33,6 +33,7 @@ class Family:
     model_type: str
     make_config: Callable[[], PretrainedConfig]
     note: str = ""  # supported: what it exercises; refused: the words the refusal must contain
+    tune: Callable[[PreTrainedModel], None] | None = None  # on the random weights, after build's scaling
 
 
 def _cfg(cls: type, **overrides: object) -> Callable[[], PretrainedConfig]:
@@ -142,6 +143,17 @@ _GATED_DELTA = dict(
     layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
 )
 
+
+def _unit_gain_short_convs(model: PreTrainedModel) -> None:
+    """LFM2's short-conv block multiplies three 0.02-std projections and a 0.02-std convolution: at that
+    init its output, so its conv state, barely reaches the logits (halving every conv state moved them by
+    4e-5), and exactness tests of the state would pass with it wrong. Unit gain (std 1/sqrt(fan_in))."""
+    for module in model.modules():
+        if type(module).__name__ in ("Lfm2ShortConv", "Lfm2MoeShortConv"):
+            for layer in (module.in_proj, module.conv, module.out_proj):
+                layer.weight.normal_(0.0, layer.weight[0].numel() ** -0.5)
+
+
 _MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=16)
 
 HYBRID: tuple[Family, ...] = (
@@ -151,6 +163,7 @@ HYBRID: tuple[Family, ...] = (
             tf.Lfm2Config, **_HYBRID_LAYERS, layer_types=["conv", "full_attention", "conv", "full_attention"]
         ),
         "hybrid: short convolutions",
+        _unit_gain_short_convs,
     ),
     Family(
         "qwen3_next",
@@ -187,6 +200,7 @@ HYBRID: tuple[Family, ...] = (
             moe_intermediate_size=32,
         ),
         "hybrid: short convolutions, MoE",
+        _unit_gain_short_convs,
     ),
     Family(
         "jamba",
@@ -403,4 +417,6 @@ def build(family: Family, seed: int = 0) -> PreTrainedModel:
     model = AutoModelForCausalLM.from_config(family.make_config()).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
+        if family.tune is not None:
+            family.tune(model)
     return model

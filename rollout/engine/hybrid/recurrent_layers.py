@@ -50,9 +50,10 @@ SUPPORTED = frozenset(
 )
 # Mixers whose multi-token path starts its scan from a zero state (Mamba's selective scan, which
 # Jamba's reuses, takes no initial state): a chunk that continues a carried state goes through their
-# one-token path, token by token, which is exact. The load-time self-check prefills in chunks, so a
-# mixer missing here that needed it would be refused, not run wrong (without it, fp32: Jamba 4.7e-4,
-# Mamba 2.5e-3, Falcon-Mamba 4.3e-2).
+# one-token path, token by token, which is exact (only continued chunks: their one-token decode rows
+# are batched like every mixer's). The load-time self-check prefills in chunks, so a mixer missing
+# here that needed it would be refused, not run wrong (without it, fp32: Jamba 4.7e-4, Mamba 2.5e-3,
+# Falcon-Mamba 4.3e-2).
 _STEPWISE = frozenset({"JambaMambaMixer", "MambaMixer", "FalconMambaMixer"})
 _CACHE_ARGS = ("cache_params", "past_key_values", "cache")  # "cache": transformers >= 5.24
 
@@ -112,21 +113,17 @@ def _per_sequence(forward, names: tuple[str, ...], layer_idx: int, stepwise: boo
         kwargs.pop(cache_arg, None)
         kwargs.pop("attention_mask", None)  # no padding inside a sequence's own rows
         total = hidden_states.shape[1]
-        pieces = [p for s in segments for p in _pieces(s, stepwise and _carries_state(s, layer_idx))]
-        # whole one-token segments only: the token-by-token pieces of one chunk depend on each other
-        decodes = [p for p in segments if p.end - p.start == 1 and _carries_state(p, layer_idx)]
-        if len(decodes) < 2 or stepwise:  # Jamba's one-token path differs when batched (self-check: 5e-3)
-            decodes = []
         out = _Output(total)
+        decodes = _stackable_decodes(segments, layer_idx)
         if decodes:  # one call for every one-token row that continues a state
-            rows = torch.tensor([p.start for p in decodes], device=hidden_states.device)
-            stacked = StackedStates([p.states for p in decodes], layer_idx)
+            rows = torch.tensor([s.start for s in decodes], device=hidden_states.device)
+            stacked = StackedStates([s.states for s in decodes], layer_idx)
             result = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})
             out.put(rows, [r[:, 0] for r in _tensors(result)])
             stacked.scatter()
         batched = set(map(id, decodes))
-        for p in pieces:
-            if id(p) not in batched:
+        for segment in (s for s in segments if id(s) not in batched):
+            for p in _pieces(segment, stepwise and _carries_state(segment, layer_idx)):
                 result = forward(
                     hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total)
                 )
@@ -156,6 +153,13 @@ class _Output:
 
 def _tensors(result: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return result if isinstance(result, tuple) else (result,)
+
+
+def _stackable_decodes(segments: list[Segment], layer_idx: int) -> list[Segment]:
+    """The whole one-token segments that continue a state, when there are at least two (a lone one runs
+    as it is). Filtered before any segment is cut into tokens (`_pieces`): a batched row runs once."""
+    decodes = [s for s in segments if s.end - s.start == 1 and _carries_state(s, layer_idx)]
+    return decodes if len(decodes) >= 2 else []
 
 
 def _carries_state(segment: Segment, layer_idx: int) -> bool:
