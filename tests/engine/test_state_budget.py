@@ -86,6 +86,14 @@ def test_the_default_snapshot_cap_is_at_most_max_num_seqs() -> None:
     assert budget_llm(QWEN3_NEXT, None, num_blocks=64).engine.stats()["max_state_snapshots"] == MAX_SEQS
 
 
+def test_a_budget_that_leaves_no_snapshot_turns_prefix_caching_off_and_says_so(caplog) -> None:
+    per_seq = per_seq_bytes(QWEN3_NEXT)
+    with caplog.at_level("WARNING", logger="rollout.engine.hybrid.state_snapshots"):
+        stats = budget_llm(QWEN3_NEXT, MAX_SEQS * per_seq + per_seq, num_blocks=64).engine.stats()
+    assert (stats["max_state_snapshots"], stats["prefix_caching"]) == (0, 0)
+    assert "prefix caching is off for this hybrid model" in caplog.text
+
+
 def test_explicit_num_blocks_keep_their_count_and_still_get_the_snapshot_default() -> None:
     per_seq, budget = per_seq_bytes(QWEN3_NEXT), 4 * MiB
     stats = budget_llm(QWEN3_NEXT, budget, num_blocks=64).engine.stats()

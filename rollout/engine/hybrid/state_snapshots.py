@@ -14,6 +14,7 @@ goes with its block, and all on a reset or a weight update.
 from __future__ import annotations
 
 import copy
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from transformers import DynamicCache
 
 from rollout.config import EngineConfig
 from rollout.engine.hybrid.state_pool import StatePool
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -105,7 +108,15 @@ class StateSnapshots:
 def state_snapshots(config: EngineConfig, pool: StatePool | None, capacity: int) -> StateSnapshots | None:
     """The snapshot store of a hybrid model (`pool`) caching prefixes, `capacity` from the memory budget
     (state_budget.py); None when it has no use."""
-    if pool is None or not config.enable_prefix_caching or capacity == 0:
+    if pool is None or not config.enable_prefix_caching:
+        return None
+    if capacity == 0:
+        if config.max_state_snapshots != 0:  # asked for caching, but the memory budget left no room
+            logger.warning(
+                "prefix caching is off for this hybrid model: the cache memory budget holds no state "
+                "snapshot beside the running sequences' states (raise kv_cache_memory_gb or "
+                "gpu_memory_utilization, or lower max_num_seqs)"
+            )
         return None
     return StateSnapshots(pool, capacity)
 
