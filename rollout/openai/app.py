@@ -84,7 +84,8 @@ async def _generate(
         head = frontend.head(request_id, "chat.completion.chunk" if chat else "text_completion")
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         body = stream_chunks(
-            head | prompt_fields(prepared),
+            head,
+            prompt_fields(prepared),
             _opening(prepared, chat),
             frontend.deltas(handle, prepared, chat, counted),
             (lambda: usage_of(prepared, counted)) if include_usage else None,

@@ -21,16 +21,20 @@ def sse(data: Chunk | str) -> bytes:
 
 async def stream_chunks(
     head: Chunk,
+    first: Chunk,
     first_choices: list[dict[str, Any]],
     choices: AsyncIterator[dict[str, Any]],
     usage: Callable[[], dict[str, int]] | None,
 ) -> AsyncIterator[bytes]:
-    """`head` (id, object, created, model) on every chunk: the opening choices, a chunk per choice
-    delta, the usage chunk when asked, then [DONE]."""
+    """`head` (id, object, created, model) on every chunk, `first` (the prompt's fields) on the first
+    only (a prompt's ids on every token's chunk would cost its length per token): the opening
+    choices, a chunk per choice delta, the usage chunk when asked, then [DONE]."""
     if first_choices:
-        yield sse(head | {"choices": first_choices})
+        yield sse(head | first | {"choices": first_choices})
+        first = {}
     async for choice in choices:
-        yield sse(head | {"choices": [choice]})
+        yield sse(head | first | {"choices": [choice]})
+        first = {}
     if usage is not None:
         yield sse(head | {"choices": [], "usage": usage()})
     yield sse("[DONE]")

@@ -116,6 +116,14 @@ def test_two_choices_interleave_and_each_joins_to_its_own_content() -> None:
         assert "".join(deltas(chunks, choice.index)) == choice.message.content
 
 
+def test_only_the_first_chunk_carries_the_prompt_token_ids() -> None:
+    with openai_serving() as (_, http):
+        whole = client_of(http).chat.completions.create(**CHAT)
+        chunks = list(client_of(http).chat.completions.create(**CHAT, stream=True))
+    assert chunks[0].model_extra["prompt_token_ids"] == whole.model_extra["prompt_token_ids"]
+    assert len(chunks) > 2 and not any("prompt_token_ids" in c.model_extra for c in chunks[1:])
+
+
 def test_only_the_final_chunk_of_each_choice_carries_token_ids_and_weight_versions() -> None:
     args = dict(model="LlamaForCausalLM", prompt=["hello", "bye"], max_tokens=8, seed=2, n=2)
     with openai_serving() as (_, http):
