@@ -32,6 +32,7 @@ from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
+from rollout.engine.token_stream import TokenDelta, latest_token
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.versions.provenance import extend_spans, oldest_version
 from rollout.engine.versions.resume import resume_into
@@ -64,6 +65,7 @@ class LLMEngine:
         # (the server's detokenizer thread): (request id, sample index, token id), taken each step.
         self.collect_stop_tokens = False
         self._stop_tokens: list[tuple[str, int, int]] = []
+        self._streamed: list[TokenDelta] = []  # new tokens of requests added with stream=True
         device = self.model.device
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         backend = get_backend(self.config.attention_backend, device)
@@ -138,8 +140,11 @@ class LLMEngine:
         params: SamplingParams,
         prompt: str | None = None,
         resume: PartialSample | None = None,
+        stream: bool = False,
     ) -> None:
-        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/versions/resume.py)."""
+        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/versions/resume.py).
+
+        `stream`: its samples' new tokens are kept for `take_streamed_tokens` after each step."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
@@ -147,6 +152,7 @@ class LLMEngine:
         request = Request(
             request_id, list(prompt_token_ids), params, next(self._arrivals), self._weight_version, prompt
         )
+        request.stream = stream
         if params.prompt_logprobs is not None:
             request.prompt_logprobs = [None]  # the first prompt token has no logprob (vLLM's shape)
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
@@ -208,6 +214,12 @@ class LLMEngine:
     def take_stop_tokens(self) -> list[tuple[str, int, int]]:
         """The tokens `collect_stop_tokens` gathered since the last call."""
         tokens, self._stop_tokens = self._stop_tokens, []
+        return tokens
+
+    def take_streamed_tokens(self) -> list[TokenDelta]:
+        """The tokens requests added with `stream=True` sampled since the last call, in sampling order;
+        a sample's finishing token is left out (it comes with the finished sample)."""
+        tokens, self._streamed = self._streamed, []
         return tokens
 
     def has_unfinished_requests(self) -> bool:
@@ -311,6 +323,8 @@ class LLMEngine:
                 reason = self._check_stop_strings(seq, reason)
             if reason is not None:
                 self._finish(seq, reason, finished)
+            elif seq.request.stream:
+                self._streamed.append(latest_token(seq))
         return list(finished.values())
 
     def _check_stop_strings(self, seq: Sequence, reason: str | None) -> str | None:

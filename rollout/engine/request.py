@@ -34,6 +34,7 @@ class Request:
     # (rollout/engine/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
     grammar: object | None = None  # with structured_outputs: the compiled grammar (rollout/structured/)
+    stream: bool = False  # each step's new tokens are recorded for the caller (engine/token_stream.py)
 
     @property
     def n(self) -> int:

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.errors import error_body, status_of, validation_message
 from rollout.openai.frontend import (
     CALLER_HEADER,
@@ -25,7 +26,7 @@ from rollout.openai.frontend import (
 from rollout.openai.guard import Guard
 from rollout.openai.prepare import ModelNotFoundError
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
-from rollout.openai.streaming import chat_delta, sse, stream_chunks
+from rollout.openai.streaming import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
 
@@ -81,12 +82,12 @@ async def _generate(
     counted: list[int] = []
     if req.stream:
         head = frontend.head(request_id, "chat.completion.chunk" if chat else "text_completion")
-        choices = frontend.choices(handle, prepared, write, counted)
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         body = stream_chunks(
-            head | prompt_fields(prepared),
+            head,
+            prompt_fields(prepared),
             _opening(prepared, chat),
-            _as_deltas(choices) if chat else choices,
+            frontend.deltas(handle, prepared, chat, counted),
             (lambda: usage_of(prepared, counted)) if include_usage else None,
         )
         return StreamingResponse(_errors_as_events(body), media_type="text/event-stream")
@@ -110,17 +111,12 @@ def _opening(prepared: Any, chat: bool) -> list[dict[str, Any]]:
     ]
 
 
-async def _as_deltas(choices: Any) -> Any:
-    async for choice in choices:
-        yield chat_delta(choice)
-
-
 async def _errors_as_events(body: Any) -> Any:
     """An error after the stream started is sent as an `error` event, then [DONE] (as vLLM does)."""
     try:
         async for chunk in body:
             yield chunk
-    except (ValueError, LoopError) as exc:
+    except (ValueError, LoopError, StreamMismatchError) as exc:
         yield sse(status_of(exc)[1])
         yield sse("[DONE]")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.prepare import ModelNotFoundError
 from rollout.server.loop_errors import (
     EngineStepError,
@@ -24,6 +25,7 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (NotAcceptingError, 503, "ServiceUnavailableError"),
     (RequestConflictError, 409, "ConflictError"),
     (EngineStepError, 500, "InternalServerError"),
+    (StreamMismatchError, 500, "InternalServerError"),
 )
 
 

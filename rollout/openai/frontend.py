@@ -1,8 +1,8 @@
 """Frontend: one HTTP request's way through the engine loop, shared by both generate endpoints.
 
 Prepare (tokenize, render, check) on a worker thread -> `EngineLoop.submit` (the gRPC server's
-loop: same admission, fair share and weight version) -> wait for samples on a worker thread ->
-write the reply on a worker thread. The asyncio thread never tokenizes and never blocks; the
+loop: same admission, fair share and weight version) -> wait for samples (or, streamed, for each
+step's tokens) on a worker thread -> write the reply (or the chunks) on a worker thread. The asyncio thread never tokenizes and never blocks; the
 engine loop's thread never sees any of it. A client that goes away cancels its requests.
 """
 
@@ -19,6 +19,7 @@ from rollout.detokenize.finish_text import finish_text
 from rollout.openai.prepare import Prepared, Preparer
 from rollout.openai.responses import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.stream_deltas import StreamDeltas
 from rollout.openai.tool_parsers import PARSERS, parser_for_template
 from rollout.outputs import CompletionOutput
 from rollout.server.engine_loop import EngineLoop
@@ -78,6 +79,19 @@ class Frontend:
                     )
                     counted.append(len(sample.token_ids))
                     yield await self.run(write, sample, index, prepared.opts)
+        finally:
+            handle.cancel()
+
+    async def deltas(
+        self, handle: RequestHandle, prepared: Prepared, chat: bool, counted: list[int]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Each choice's chunk choices as its tokens are sampled, made on a worker thread
+        (stream_deltas.py); cancels the handle on exit. Appends each sample's length to `counted`."""
+        stream = StreamDeltas(handle, prepared, chat, counted)
+        try:
+            while not handle.done:
+                for choice in await self.run(stream.next_choices):
+                    yield choice
         finally:
             handle.cancel()
 

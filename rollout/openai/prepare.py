@@ -81,7 +81,7 @@ class Preparer:
     ) -> Submission:
         params = sampling_params(req, len(ids), self.engine.max_model_len)
         self.engine.validate_request(ids, params)
-        return Submission(request_id, ids, params, text, caller=caller)
+        return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
 
     def _prompts(
         self, prompt: str | list[str] | list[int] | list[list[int]]

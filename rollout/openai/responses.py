@@ -29,30 +29,39 @@ class ReplyOptions:
 
 
 def chat_choice(sample: CompletionOutput, index: int, opts: ReplyOptions) -> dict[str, Any]:
-    text = _text(sample, opts)
-    reply = PARSERS[opts.tool_parser](text)
+    message, finish = chat_message(sample, opts)
+    choice = {"index": index, "message": message, "finish_reason": finish}
+    choice["logprobs"] = {"content": _sample_logprobs(chat_logprobs, sample, opts)} if opts.logprobs else None
+    return choice | extensions(sample, opts)
+
+
+def chat_message(sample: CompletionOutput, opts: ReplyOptions) -> tuple[dict[str, Any], str]:
+    """The assistant message (its tool calls parsed out of the text) and the finish reason."""
+    reply = PARSERS[opts.tool_parser](reply_text(sample, opts))
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     finish = sample.finish_reason
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
         finish = "tool_calls" if finish == "stop" else finish
-    choice = {"index": index, "message": message, "finish_reason": finish}
-    choice["logprobs"] = {"content": _chat_logprobs(sample, opts)} if opts.logprobs else None
-    return choice | _extensions(sample, opts)
+    return message, finish
 
 
 def completion_choice(sample: CompletionOutput, index: int, opts: ReplyOptions) -> dict[str, Any]:
-    text = _text(sample, opts)
+    text = reply_text(sample, opts)
     choice = {"index": index, "text": text, "finish_reason": sample.finish_reason}
-    choice["logprobs"] = _completion_logprobs(sample, opts) if opts.logprobs else None
-    return choice | _extensions(sample, opts)
+    choice["logprobs"] = _sample_logprobs(completion_logprobs, sample, opts) if opts.logprobs else None
+    return choice | extensions(sample, opts)
 
 
-def _text(sample: CompletionOutput, opts: ReplyOptions) -> str:
+def reply_text(sample: CompletionOutput, opts: ReplyOptions) -> str:
     """The sample's text (cut before a stop string, vLLM's rule); decoded here only when it has none."""
     if sample.text is not None:
         return sample.text
     return detokenize(opts.tokenizer, sample.token_ids, opts.skip_special_tokens)
+
+
+def _sample_logprobs(write: Any, sample: CompletionOutput, opts: ReplyOptions) -> Any:
+    return write(sample.token_ids, sample.logprobs or [], sample.top_logprobs, opts)
 
 
 def usage(prompt_lens: list[int], completion: int) -> dict[str, int]:
@@ -60,7 +69,7 @@ def usage(prompt_lens: list[int], completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
+def extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "weight_version": sample.weight_version,
         "weight_versions": [list(span) for span in sample.weight_versions],
@@ -70,36 +79,42 @@ def _extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
     return fields
 
 
-def _chat_logprobs(sample: CompletionOutput, opts: ReplyOptions) -> list[dict[str, Any]]:
-    texts = token_texts(opts.tokenizer, sample.token_ids)
+def chat_logprobs(
+    token_ids: list[int], logprobs: list[float], tops: list[dict[int, float]] | None, opts: ReplyOptions
+) -> list[dict[str, Any]]:
+    """Chat's `logprobs.content` entries for these tokens (a whole sample's, or a stream chunk's)."""
+    texts = token_texts(opts.tokenizer, token_ids)
     entries = []
-    for i, (text, logprob) in enumerate(zip(texts, sample.logprobs or [], strict=True)):
+    for i, (text, logprob) in enumerate(zip(texts, logprobs, strict=True)):
         entry = {"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []}
-        for alt, alt_logprob in _top(sample, i, opts):
+        for alt, alt_logprob in _top(tops, i, opts):
             entry["top_logprobs"].append({"token": alt, "logprob": alt_logprob, "bytes": list(alt.encode())})
         entries.append(entry)
     return entries
 
 
-def _completion_logprobs(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
-    texts = token_texts(opts.tokenizer, sample.token_ids)
-    offsets, at = [], 0
+def completion_logprobs(
+    token_ids: list[int],
+    logprobs: list[float],
+    tops: list[dict[int, float]] | None,
+    opts: ReplyOptions,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """Completions' `logprobs` for these tokens; `text_offset` counts on from `offset` (the length of
+    the token texts before them, in a stream)."""
+    texts = token_texts(opts.tokenizer, token_ids)
+    offsets = []
     for text in texts:
-        offsets.append(at)
-        at += len(text)
-    top = [dict(_top(sample, i, opts)) for i in range(len(texts))] if opts.top_logprobs else None
-    return {
-        "tokens": texts,
-        "token_logprobs": list(sample.logprobs or []),
-        "top_logprobs": top,
-        "text_offset": offsets,
-    }
+        offsets.append(offset)
+        offset += len(text)
+    top = [dict(_top(tops, i, opts)) for i in range(len(texts))] if opts.top_logprobs else None
+    return {"tokens": texts, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 
-def _top(sample: CompletionOutput, position: int, opts: ReplyOptions) -> list[tuple[str, float]]:
+def _top(tops: list[dict[int, float]] | None, position: int, opts: ReplyOptions) -> list[tuple[str, float]]:
     """The k most likely tokens at `position` (the engine adds the sampled one when it is not among them)."""
-    if not opts.top_logprobs or not sample.top_logprobs:
+    if not opts.top_logprobs or not tops:
         return []
-    ranked = sorted(sample.top_logprobs[position].items(), key=lambda item: -item[1])[: opts.top_logprobs]
+    ranked = sorted(tops[position].items(), key=lambda item: -item[1])[: opts.top_logprobs]
     texts = token_texts(opts.tokenizer, [token for token, _ in ranked])
     return [(text, logprob) for text, (_, logprob) in zip(texts, ranked, strict=True)]

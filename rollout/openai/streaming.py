@@ -1,8 +1,9 @@
 """Server-sent events for `stream: true`: OpenAI's chunk objects, then `data: [DONE]`.
 
-The engine loop hands a sample over when it finishes, so each choice's text arrives as one chunk
-when that choice finishes (after a first chunk per choice with the role); the token ids, logprobs
-and weight version travel in that chunk. A client that drops the stream cancels its requests.
+Token by token, as vLLM streams: a chat opens with a chunk per choice with the role, then each
+choice's text and logprobs arrive as its tokens are sampled (stream_deltas.py), and its final chunk
+carries the rest, tool calls, `finish_reason` and rollout's `token_ids` / `weight_version(s)`. A
+client that drops the stream cancels its requests.
 """
 
 from __future__ import annotations
@@ -18,28 +19,22 @@ def sse(data: Chunk | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-def chat_delta(choice: dict[str, Any]) -> dict[str, Any]:
-    """A finished chat choice as its stream delta (the message becomes `delta`; tool calls get indexes)."""
-    delta = {"content": choice["message"]["content"]}
-    calls = choice["message"].get("tool_calls")
-    if calls:
-        delta["tool_calls"] = [call | {"index": i} for i, call in enumerate(calls)]
-    rest = {k: v for k, v in choice.items() if k != "message"}
-    return rest | {"delta": delta}
-
-
 async def stream_chunks(
     head: Chunk,
+    first: Chunk,
     first_choices: list[dict[str, Any]],
     choices: AsyncIterator[dict[str, Any]],
     usage: Callable[[], dict[str, int]] | None,
 ) -> AsyncIterator[bytes]:
-    """`head` (id, object, created, model) on every chunk: the opening choices, one chunk per finished
-    choice, the usage chunk when asked, then [DONE]."""
+    """`head` (id, object, created, model) on every chunk, `first` (the prompt's fields) on the first
+    only (a prompt's ids on every token's chunk would cost its length per token): the opening
+    choices, a chunk per choice delta, the usage chunk when asked, then [DONE]."""
     if first_choices:
-        yield sse(head | {"choices": first_choices})
+        yield sse(head | first | {"choices": first_choices})
+        first = {}
     async for choice in choices:
-        yield sse(head | {"choices": [choice]})
+        yield sse(head | first | {"choices": [choice]})
+        first = {}
     if usage is not None:
         yield sse(head | {"choices": [], "usage": usage()})
     yield sse("[DONE]")

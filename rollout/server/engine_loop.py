@@ -289,7 +289,12 @@ class EngineLoop:
             sub = tracked.sub
             try:
                 self.engine.add_request(
-                    sub.request_id, sub.prompt_token_ids, sub.params, sub.prompt, resume=sub.resume
+                    sub.request_id,
+                    sub.prompt_token_ids,
+                    sub.params,
+                    sub.prompt,
+                    resume=sub.resume,
+                    stream=sub.stream,
                 )
                 if sub.params.stop:
                     self._stop_watch.watch(sub.request_id, sub.prompt_token_ids, sub.params)
@@ -308,10 +313,13 @@ class EngineLoop:
             self._fail_engine_requests(exc)
             return
         self._stop_watch.feed(self.engine.take_stop_tokens())
+        streamed = self.engine.take_streamed_tokens()
         for delta in outputs:
             if delta.finished:
                 self._stop_watch.forget(delta.request_id)
         with self._cond:
+            if streamed:  # before the finished samples: a sample's tokens precede the sample
+                self._requests.deliver_tokens(streamed)
             for delta in outputs:
                 tracked = self._tracked.get(delta.request_id)
                 if tracked is not None:

@@ -1,8 +1,10 @@
 """RequestHandle: how an RPC thread reads the finished samples of the requests it submitted.
 
 The loop thread puts `LoopEvent`s on the handle's queue; the caller iterates them, or waits for the
-whole result. `cancel()` (client gone) detaches the caller; the loop aborts a request once no caller
-is attached, so a retry that attached meanwhile keeps it alive.
+whole result. A submission with `stream=True` also gets an event per step with its samples' new
+tokens (`LoopEvent.tokens`, no samples); other callers only ever see finished samples. `cancel()`
+(client gone) detaches the caller; the loop aborts a request once no caller is attached, so a
+retry that attached meanwhile keeps it alive.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from rollout.engine.token_stream import TokenDelta
     from rollout.outputs import PartialSample
 
 
@@ -28,7 +31,7 @@ class Submission:
     """One prompt to generate; `request_id` is also the idempotency key.
 
     `caller` names who sent it (the server uses the client's connection); the engine loop shares
-    admission fairly between callers.
+    admission fairly between callers. `stream`: the request's new tokens are sent each step too.
     """
 
     request_id: str
@@ -37,17 +40,23 @@ class Submission:
     prompt: str | None = None
     resume: PartialSample | None = None  # continue this partial sample (rollout/engine/versions/resume.py)
     caller: str = ""
+    stream: bool = False
 
 
 @dataclass(slots=True)
 class LoopEvent:
-    """Samples of one request that finished since the last event; `finished` once all n are out."""
+    """Samples of one request that finished since the last event; `finished` once all n are out.
+
+    For a streamed request, also events with only `tokens`: what its unfinished samples sampled in
+    one step (engine/token_stream.py); each sample's tokens arrive before the sample itself.
+    """
 
     request_id: str
     samples: list[CompletionOutput] = field(default_factory=list)
     finished: bool = False
     error: Exception | None = None
     prompt_logprobs: list[dict[int, float] | None] | None = None  # with the first samples, when asked for
+    tokens: list[TokenDelta] = field(default_factory=list)
 
 
 Detach = Callable[[str, "queue.SimpleQueue[LoopEvent]"], None]

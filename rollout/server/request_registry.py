@@ -11,6 +11,7 @@ import queue
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from rollout.engine.token_stream import TokenDelta
 from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.server.handle import LoopEvent, Submission
 from rollout.server.loop_errors import EngineStepError, QueueFullError, RequestConflictError
@@ -155,6 +156,16 @@ class RequestRegistry:
             self.finished[request_id] = tracked
             while len(self.finished) > self.finished_cache_size:
                 self.finished.popitem(last=False)
+
+    def deliver_tokens(self, tokens: list[TokenDelta]) -> None:
+        """Sends one step's streamed tokens to the callers of their requests, an event per request."""
+        by_request: dict[str, list[TokenDelta]] = {}
+        for token in tokens:
+            by_request.setdefault(token.request_id, []).append(token)
+        for request_id, group in by_request.items():
+            tracked = self.unfinished.get(request_id)
+            for sink in tracked.sinks if tracked is not None else ():
+                sink.put(LoopEvent(request_id, tokens=group))
 
     def fail(self, request_ids: list[str], error: EngineStepError) -> None:
         """Ends each request with `error` for its callers; nothing of it is cached."""

@@ -97,7 +97,8 @@ def test_a_streamed_chat_carries_the_same_tokens_as_the_unstreamed_one() -> None
     assert chunks[0].model_extra["prompt_token_ids"] == whole.model_extra["prompt_token_ids"]
     for choice in whole.choices:
         assert streamed[choice.index].model_extra["token_ids"] == choice.model_extra["token_ids"]
-        assert streamed[choice.index].delta.content == choice.message.content
+        deltas = [c.delta.content or "" for chunk in chunks for c in chunk.choices if c.index == choice.index]
+        assert "".join(deltas) == choice.message.content
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
