@@ -108,16 +108,24 @@ def test_after_an_update_outputs_equal_a_fresh_engine(family: Family) -> None:
     assert_exact(new, prompts, got)
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
-def test_halving_the_states_mid_generation_fails_the_exactness_check(family: Family) -> None:
-    """The exactness tests can fail: with every running sample's conv and recurrent states halved after its
-    third token, the engine's logprobs leave the teacher-forced ones by far more than TOL."""
+@pytest.mark.parametrize("kind", ["conv_states", "recurrent_states"])
+@pytest.mark.parametrize("family", HYBRID, ids=lambda f: f.model_type)
+def test_halving_one_kind_of_state_mid_generation_fails_the_exactness_check(
+    family: Family, kind: str
+) -> None:
+    """The exactness tests can fail on each kind of state alone: with every running sample's conv states, or
+    its recurrent (SSM / linear-attention) states, halved after its third token, the engine's logprobs leave
+    the teacher-forced ones by far more than TOL (the zoo's `tune` hooks make each state reach the logits)."""
     engine, prompt = hybrid_llm(family).engine, random_prompts(1, 20, 20, seed=8)[0]
     engine.add_request("r", prompt, SEEDED)
     while not any(seq.num_output_tokens >= 3 for seq in engine.requests["r"].sequences):
         engine.step()
-    for seq in engine.requests["r"].sequences:
-        _halve_states(engine.runner.states.slot(seq.seq_id, fresh=False))
+    slots = [engine.runner.states.slot(seq.seq_id, fresh=False) for seq in engine.requests["r"].sequences]
+    if not _states(slots[0], kind):
+        pytest.skip(f"{family.model_type} keeps no {kind}")
+    with torch.inference_mode():  # the engine's states are inference tensors
+        for state in (state for slot in slots for state in _states(slot, kind)):
+            state.mul_(0.5)
     samples = []
     while engine.has_unfinished_requests():
         samples += [s for out in engine.step() for s in out.outputs]
@@ -129,13 +137,9 @@ def test_halving_the_states_mid_generation_fails_the_exactness_check(family: Fam
     assert gap > 1e-3
 
 
-def _halve_states(slot: DynamicCache) -> None:
-    with torch.inference_mode():  # the engine's states are inference tensors
-        for layer in slot.layers:
-            for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
-                for state in states.values():
-                    if state is not None:
-                        state.mul_(0.5)
+def _states(slot: DynamicCache, kind: str) -> list[torch.Tensor]:
+    """A slot's tensors of one kind (`conv_states` or `recurrent_states`), every layer and index."""
+    return [s for layer in slot.layers for s in getattr(layer, kind, {}).values() if s is not None]
 
 
 def test_an_unsupported_recurrent_layer_is_refused_by_name() -> None:

@@ -15,6 +15,11 @@ from tests.engine.mamba1_builders import MAMBA1, call, mamba1_mixers, mamba1_mod
 TOL = 1e-6
 
 
+def assert_rounding_close(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Within TOL of the largest value, at least 1 (the zoo's Jamba holds unit-gain states of up to ~4)."""
+    torch.testing.assert_close(got, want, atol=TOL * max(1.0, want.abs().max().item()), rtol=TOL)
+
+
 @pytest.mark.parametrize("model_type", MAMBA1)
 def test_a_batched_one_token_call_equals_one_call_per_sequence(model_type: str) -> None:
     torch.manual_seed(0)
@@ -27,9 +32,9 @@ def test_a_batched_one_token_call_equals_one_call_per_sequence(model_type: str) 
         stacked = StackedStates(stacked_slots, mixer.layer_idx)
         batched = call(mixer, tokens, stacked)
         stacked.scatter()
-        torch.testing.assert_close(batched, one_by_one, atol=TOL, rtol=TOL)
+        assert_rounding_close(batched, one_by_one)
         for alone, together in zip(slots, stacked_slots, strict=True):
             for want, got in zip(
                 states(alone, mixer.layer_idx), states(together, mixer.layer_idx), strict=True
             ):
-                torch.testing.assert_close(got, want, atol=TOL, rtol=TOL)
+                assert_rounding_close(got, want)

@@ -144,14 +144,66 @@ _GATED_DELTA = dict(
 )
 
 
-def _unit_gain_short_convs(model: PreTrainedModel) -> None:
-    """LFM2's short-conv block multiplies three 0.02-std projections and a 0.02-std convolution: at that
-    init its output, so its conv state, barely reaches the logits (halving every conv state moved them by
-    4e-5), and exactness tests of the state would pass with it wrong. Unit gain (std 1/sqrt(fan_in))."""
+def _unit_gain(classes: tuple[str, ...], layers: tuple[str, ...]) -> Callable[[PreTrainedModel], None]:
+    """Re-initialises `layers` of every module of `classes` at unit gain (std 1/sqrt(fan_in))."""
+
+    def tune(model: PreTrainedModel) -> None:
+        for module in model.modules():
+            if type(module).__name__ in classes:
+                for name in layers:
+                    layer = getattr(module, name)
+                    layer.weight.normal_(0.0, layer.weight[0].numel() ** -0.5)
+
+    return tune
+
+
+# The zoo's random weights must let each kind of state reach the logits, or the exactness tests would pass
+# with it wrong (test_hybrid_models.py corrupts each kind alone and needs the logprobs to move by > 1e-3).
+# Mamba, Falcon-Mamba, Mamba-2 (the mixers are the whole model), Kimi-Linear and Bailing-hybrid need no tune.
+
+# LFM2's short-conv block multiplies three 0.02-std projections and a 0.02-std convolution: at that init its
+# output, so its conv state, barely reaches the logits (halving every conv state moved them by 4e-5).
+_LFM2_STATES = _unit_gain(("Lfm2ShortConv", "Lfm2MoeShortConv"), ("in_proj", "conv", "out_proj"))
+
+
+def _slow_gated_deltanet(model: PreTrainedModel) -> None:
+    """Gated DeltaNet draws each head's decay rate A in [0.01, 16]: most heads forget their state within a
+    token (halving it moved Qwen3-Next's logprobs by 3e-6). A in [0.01, 0.2] keeps it for tens of tokens."""
     for module in model.modules():
-        if type(module).__name__ in ("Lfm2ShortConv", "Lfm2MoeShortConv"):
-            for layer in (module.in_proj, module.conv, module.out_proj):
-                layer.weight.normal_(0.0, layer.weight[0].numel() ** -0.5)
+        if type(module).__name__.endswith("GatedDeltaNet"):
+            module.A_log.copy_(torch.empty_like(module.A_log).uniform_(0.01, 0.2).log())
+
+
+def _mamba2_state_path(mixer: str) -> Callable[[PreTrainedModel], None]:
+    """A Mamba2 mixer's output is C.h + D.x, with x, B and C from 0.02-std projections: C.h is a product of
+    small weights and D.x outweighs it (halving the SSM states moved Bamba's logprobs by 2e-6). Unit-gain
+    input projection and convolution make C.h dominate. dt_bias 1 (Bamba's init): Nemotron-H's and Zamba2's
+    init puts it near log(1e-3), where unit-gain inputs push dt under time_step_min, which transformers'
+    chunked scan clamps to and its one-token update does not (its own two paths then differ by 6e-4)."""
+    unit_gain = _unit_gain((mixer,), ("in_proj", "conv1d"))
+
+    def tune(model: PreTrainedModel) -> None:
+        unit_gain(model)
+        for module in model.modules():
+            if type(module).__name__ == mixer:
+                module.dt_bias.fill_(1.0)
+
+    return tune
+
+
+# Jamba's Mamba mixer: y = C.h + D.x with B, C, dt from small projections of a 0.02-std input projection,
+# so D.x outweighs the state (halving it moved the logprobs by 1e-4). Unit gain makes C.h count.
+_JAMBA_STATES = _unit_gain(("JambaMambaMixer",), ("in_proj", "conv1d"))
+
+
+def _zaya_states(model: PreTrainedModel) -> None:
+    """ZAYA's key scale `temp` starts at 0: keys are zero, every attention row uniform, so the convolved queries
+    and keys (and the conv state they come from) never reach the logits. Scale 1, and unit-gain convolutions
+    so that their output is not swamped by the q/k residual projections."""
+    _unit_gain(("ZayaCCAProjection",), ("conv_qk_depthwise", "conv_qk_grouped"))(model)
+    for module in model.modules():
+        if type(module).__name__ == "ZayaQKNorm":
+            module.temp.fill_(1.0)
 
 
 _MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=16)
@@ -163,7 +215,7 @@ HYBRID: tuple[Family, ...] = (
             tf.Lfm2Config, **_HYBRID_LAYERS, layer_types=["conv", "full_attention", "conv", "full_attention"]
         ),
         "hybrid: short convolutions",
-        _unit_gain_short_convs,
+        _LFM2_STATES,
     ),
     Family(
         "qwen3_next",
@@ -174,9 +226,13 @@ HYBRID: tuple[Family, ...] = (
             **_SHARED_EXPERT_MOE,
         ),
         "hybrid: Gated DeltaNet, MoE",
+        _slow_gated_deltanet,
     ),
     Family(
-        "qwen3_5_text", _cfg(tf.Qwen3_5TextConfig, **_HYBRID_LAYERS, **_GATED_DELTA), "hybrid: Gated DeltaNet"
+        "qwen3_5_text",
+        _cfg(tf.Qwen3_5TextConfig, **_HYBRID_LAYERS, **_GATED_DELTA),
+        "hybrid: Gated DeltaNet",
+        _slow_gated_deltanet,
     ),
     Family(
         "qwen3_5_moe_text",
@@ -187,6 +243,7 @@ HYBRID: tuple[Family, ...] = (
             **_SHARED_EXPERT_MOE,
         ),
         "hybrid: Gated DeltaNet, MoE",
+        _slow_gated_deltanet,
     ),
     Family(
         "lfm2_moe",
@@ -200,7 +257,7 @@ HYBRID: tuple[Family, ...] = (
             moe_intermediate_size=32,
         ),
         "hybrid: short convolutions, MoE",
-        _unit_gain_short_convs,
+        _LFM2_STATES,
     ),
     Family(
         "jamba",
@@ -214,11 +271,13 @@ HYBRID: tuple[Family, ...] = (
             use_mamba_kernels=False,
         ),
         "hybrid: Mamba (continued chunks token by token), MoE",
+        _JAMBA_STATES,
     ),
     Family(
         "bamba",
         _cfg(tf.BambaConfig, **_HYBRID_LAYERS, attn_layer_indices=[1, 3], **_MAMBA2),
         "hybrid: Mamba2",
+        _mamba2_state_path("BambaMixer"),
     ),
     Family(
         "granitemoehybrid",
@@ -230,11 +289,13 @@ HYBRID: tuple[Family, ...] = (
             **_MAMBA2,
         ),
         "hybrid: Mamba2, MoE (Granite 4)",
+        _mamba2_state_path("GraniteMoeHybridMambaLayer"),
     ),
     Family(
         "falcon_h1",
         _cfg(tf.FalconH1Config, mamba_d_ssm=128, head_dim=16, **_MAMBA2),
         "hybrid: Mamba2 beside attention in every layer",
+        _mamba2_state_path("FalconH1Mixer"),
     ),
     Family(
         "nemotron_h",
@@ -253,6 +314,7 @@ HYBRID: tuple[Family, ...] = (
             moe_shared_expert_intermediate_size=32,
         ),
         "hybrid: Mamba2, MoE-only and MLP-only layers",
+        _mamba2_state_path("NemotronHMamba2Mixer"),
     ),
     Family(
         "mamba2",
@@ -320,6 +382,7 @@ HYBRID: tuple[Family, ...] = (
             chunk_size=16,
         ),
         "hybrid: Mamba2, a shared attention block reused at several depths",
+        _mamba2_state_path("Zamba2MambaMixer"),
     ),
     Family(
         "zaya",
@@ -334,6 +397,7 @@ HYBRID: tuple[Family, ...] = (
             router_hidden_size=16,
         ),
         "hybrid: convolved queries and keys, delayed values (state beside the KV), sliding window, MoE",
+        _zaya_states,
     ),
     Family(
         "bailing_hybrid",
