@@ -62,6 +62,9 @@ class ServerInfo:
     version: str
     model_config: str = ""  # JSON of the model's config; "" from a server that predates it
     boot_id: str = ""  # changes when the server process restarts; "" from a server that predates it
+    prefix_caching: bool = False  # False from a server that predates it
+    state_bytes_per_seq: int = 0  # hybrid models: one sequence's recurrent states (docs/hybrid_models.md)
+    max_state_snapshots: int = 0  # hybrid models: the state snapshot cap in effect
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
@@ -240,6 +243,9 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         version=message.version,
         model_config=message.model_config,
         boot_id=message.boot_id,
+        prefix_caching=message.prefix_caching,
+        state_bytes_per_seq=message.state_bytes_per_seq,
+        max_state_snapshots=message.max_state_snapshots,
     )
 
 

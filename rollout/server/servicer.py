@@ -213,6 +213,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             version=rollout.__version__,
             model_config=engine.model.config.to_json_string(use_diff=False),
             boot_id=self.boot_id,
+            prefix_caching=bool(stats["prefix_caching"]),
+            state_bytes_per_seq=int(stats["state_bytes_per_seq"]),
+            max_state_snapshots=int(stats["max_state_snapshots"]),
         )
 
     def ResetPrefixCache(

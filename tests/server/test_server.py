@@ -152,6 +152,23 @@ def test_server_info_describes_model_and_cache() -> None:
     )
 
 
+def test_server_info_reports_a_hybrid_models_state_budget() -> None:
+    """A hybrid model's recurrent states come out of the cache budget: GetServerInfo says how much."""
+    from rollout import EngineConfig
+    from rollout.engine.llm_engine import LLMEngine
+    from tests.models.zoo import HYBRID, build
+
+    qwen3_next = next(f for f in HYBRID if f.model_type == "qwen3_next")
+    engine = LLMEngine(build(qwen3_next), config=EngineConfig(num_blocks=64, max_num_seqs=8))
+    with serving(engine) as server, client_for(server) as client:
+        info = client.server_info()
+    assert info.state_bytes_per_seq == engine.stats()["state_bytes_per_seq"] > 0
+    assert (info.prefix_caching, info.max_state_snapshots) == (True, 8)
+    with serving() as server, client_for(server) as client:
+        plain = client.server_info()
+    assert (plain.prefix_caching, plain.state_bytes_per_seq, plain.max_state_snapshots) == (True, 0, 0)
+
+
 def test_metrics_are_prometheus_text_over_grpc_and_http() -> None:
     with serving() as server, client_for(server) as client:
         client.generate([[5, 6, 7]], SamplingParams(max_tokens=5, temperature=0.0))
