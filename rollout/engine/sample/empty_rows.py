@@ -1,9 +1,9 @@
 """Rows whose masks leave no token: a grammar with the bans (or alone) can forbid the whole vocabulary.
 
 Softmax over an all -inf row is NaN, so such a row would draw garbage. Only rows that can be emptied
-(a grammar or a ban) are checked; plain rows keep the fast path. An empty row's logits are made flat
-(finite) so the step's ops stay clean, and the sampler reports the row: the engine ends that sample
-with finish_reason "abort" and appends nothing drawn from it.
+(a grammar or a ban) are checked; plain rows keep the fast path. An empty row gets one finite logit so
+the step's ops stay clean, and the sampler reports the row: the engine ends that sample with
+finish_reason "abort" and appends nothing drawn from it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ def can_be_emptied(row) -> bool:
 def flatten_empty_rows(
     logits: torch.Tensor, rows: list, model_logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logits: [R, vocab], the masked ones. Returns them with every empty row set to 0 and the checked
-    rows' indices and emptiness as one [2, C] int64 tensor (None: no row checked, nothing done).
+    """logits: [R, vocab], the masked ones. Returns them with token 0 given logit 0 in every empty row
+    (one finite logit: no NaN downstream, and O(R) work), and a [R] bool of the empty rows (None when no
+    row was checked: nothing done).
 
     Written in place: a checked row went through the bans or the grammar mask, which copy the logits
     first; `model_logits` (the caller's tensor) is copied here should that ever not be so."""
@@ -40,22 +41,20 @@ def flatten_empty_rows(
     if logits is model_logits:
         logits = logits.clone()
     if len(checked) == len(rows):
-        empty = ~(logits > float("-inf")).any(dim=-1)  # NaN counts as empty too
-        logits.masked_fill_(empty[:, None], 0.0)
-        return logits, torch.stack([torch.arange(len(rows), device=logits.device), empty.long()])
-    index = to_device(checked, torch.int64, logits.device)
-    selected = logits.index_select(0, index)
-    empty = ~(selected > float("-inf")).any(dim=-1)
-    logits.index_copy_(0, index, selected.masked_fill_(empty[:, None], 0.0))
-    return logits, torch.stack([index, empty.long()])
+        empty = logits.amax(dim=-1) == float("-inf")  # one read of the logits, no [R, vocab] temporary
+    else:
+        index = to_device(checked, torch.int64, logits.device)
+        empty = torch.zeros(len(rows), dtype=torch.bool, device=logits.device)
+        empty[index] = logits.index_select(0, index).amax(dim=-1) == float("-inf")
+    logits[:, 0] = logits[:, 0].masked_fill(empty, 0.0)
+    return logits, empty
 
 
-def empty_row_indices(flags: torch.Tensor | None) -> list[int]:
-    """The rows flatten_empty_rows found empty (one small device-to-host copy, only with checked rows)."""
-    if flags is None:
+def empty_row_indices(empty: torch.Tensor | None) -> list[int]:
+    """The rows flatten_empty_rows found empty (one [R] device-to-host copy, only with checked rows)."""
+    if empty is None:
         return []
-    indices, empty = flags.tolist()
-    return [i for i, e in zip(indices, empty, strict=True) if e]
+    return [i for i, e in enumerate(empty.tolist()) if e]
 
 
 def log_no_token(seq, row) -> None:
