@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from rollout.engine.sample.empty_rows import flatten_empty_rows
+from rollout.engine.sample.empty_rows import guard_empty_rows
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.sampling_params import SamplingParams
 
@@ -51,7 +51,7 @@ def fast_path_check_us(rows: list[SampleRow], repeats: int = 200) -> tuple[float
     times = []
     for check in (
         lambda: [row for row in rows if row.params.processes_logits],
-        lambda: flatten_empty_rows(logits, rows, logits),
+        lambda: guard_empty_rows(logits, rows, logits),
     ):
         start = time.perf_counter()
         for _ in range(repeats):

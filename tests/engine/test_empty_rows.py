@@ -8,7 +8,7 @@ import math
 import torch
 
 from rollout import SamplingParams
-from rollout.engine.sample.empty_rows import flatten_empty_rows
+from rollout.engine.sample.empty_rows import guard_empty_rows
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from tests.builders import VOCAB
 
@@ -58,7 +58,7 @@ def test_rows_that_can_never_be_emptied_are_not_checked() -> None:
     logits = _logits(2)
     params = [PLAIN, SamplingParams(temperature=1.0, presence_penalty=0.5)]
     rows = [SampleRow(p, 0, list(PROMPT), len(PROMPT)) for p in params]
-    same, flags = flatten_empty_rows(logits, rows, logits)
+    same, flags = guard_empty_rows(logits, rows, logits)
     assert same is logits and flags is None
 
 

@@ -26,7 +26,7 @@ def can_be_emptied(row) -> bool:
     )
 
 
-def flatten_empty_rows(
+def guard_empty_rows(
     logits: torch.Tensor, rows: list, model_logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits: [R, vocab], the masked ones. Returns them with token 0 given logit 0 in every empty row
@@ -51,7 +51,7 @@ def flatten_empty_rows(
 
 
 def empty_row_indices(empty: torch.Tensor | None) -> list[int]:
-    """The rows flatten_empty_rows found empty (one [R] device-to-host copy, only with checked rows)."""
+    """The rows guard_empty_rows found empty (one [R] device-to-host copy, only with checked rows)."""
     if empty is None:
         return []
     return [i for i, e in enumerate(empty.tolist()) if e]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rollout.engine.host_to_device import to_device
-from rollout.engine.sample.empty_rows import empty_row_indices, flatten_empty_rows
+from rollout.engine.sample.empty_rows import empty_row_indices, guard_empty_rows
 from rollout.engine.sample.exponential_race import exponential_race
 from rollout.engine.sample.grammar_mask import apply_grammar_masks
 from rollout.engine.sample.logits_processors import apply_logit_bias, apply_penalties_and_bans
@@ -77,7 +77,7 @@ class Sampler:
         if processing:
             logits = apply_penalties_and_bans(logits, rows, self.eos_token_ids)
         logits = apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
-        logits, empty = flatten_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
+        logits, empty = guard_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
         scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
         logits = _apply_top_p(logits, rows)
