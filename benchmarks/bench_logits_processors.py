@@ -2,8 +2,9 @@
 
     python benchmarks/bench_logits_processors.py [--vocab 151936] [--rows 256]
 
-Rows without processors take the fast path (one attribute check per row); rows with them are
-processed one by one, like the repetition penalty.
+Rows without processors take the fast path (one attribute check per row, and three for the
+empty-row check: rollout/engine/sample/empty_rows.py); rows with them are processed one by one, like
+the repetition penalty, and rows with bans are checked for an empty distribution.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 
 import torch
 
+from rollout.engine.sample.empty_rows import guard_empty_rows
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.sampling_params import SamplingParams
 
@@ -43,12 +45,19 @@ def time_step(sampler: Sampler, logits: torch.Tensor, rows: list[SampleRow], rep
     return best * 1e3
 
 
-def fast_path_check_us(rows: list[SampleRow], repeats: int = 200) -> float:
-    """What rows without processors pay: the one check per row per step, in microseconds."""
-    start = time.perf_counter()
-    for _ in range(repeats):
-        [row for row in rows if row.params.processes_logits]
-    return (time.perf_counter() - start) / repeats * 1e6
+def fast_path_check_us(rows: list[SampleRow], repeats: int = 200) -> tuple[float, float]:
+    """What rows without processors pay per step, in microseconds: the processors' check, the empty-row check."""
+    logits = torch.zeros(len(rows), 1)
+    times = []
+    for check in (
+        lambda: [row for row in rows if row.params.processes_logits],
+        lambda: guard_empty_rows(logits, rows, logits),
+    ):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            check()
+        times.append((time.perf_counter() - start) / repeats * 1e6)
+    return times[0], times[1]
 
 
 def main() -> None:
@@ -63,8 +72,9 @@ def main() -> None:
     for label, count in (("none", 0), ("1 row", 1), ("all rows", args.rows)):
         ms = time_step(sampler, logits, rows_of(args.rows, count, 100), args.repeats)
         print(f"{args.device} vocab {args.vocab} rows {args.rows}, processors on {label}: {ms:.2f} ms/step")
-    check = fast_path_check_us(rows_of(args.rows, 0, 100))
+    check, empty_check = fast_path_check_us(rows_of(args.rows, 0, 100))
     print(f"fast-path check for {args.rows} rows without processors: {check:.0f} us/step")
+    print(f"empty-row check for {args.rows} rows without processors: {empty_check:.0f} us/step")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from rollout.engine.request import Request, Sequence
 from rollout.engine.request_validation import RequestLimits, check_request
 from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
+from rollout.engine.sample.empty_rows import log_no_token
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.token_stream import TokenDelta, latest_token
@@ -303,9 +304,11 @@ class LLMEngine:
         ]
         out = self.sampler(logits, rows)
         finished: dict[str, RequestOutput] = {}
+        empty = set(out.empty_rows)
         for i, seq in enumerate(seqs):
-            if seq.grammar is not None and not seq.grammar.accept(out.token_ids[i]):
-                self._finish(seq, "abort", finished)  # no token continues its grammar: nothing was drawn
+            if i in empty or (seq.grammar is not None and not seq.grammar.accept(out.token_ids[i])):
+                log_no_token(seq, rows[i])  # its grammar and bans left no token: nothing was drawn
+                self._finish(seq, "abort", finished)
                 continue
             extend_spans(seq.weight_versions, seq.num_output_tokens, self._weight_version)
             extend_spans(seq.kv_versions, seq.num_output_tokens, seq.kv_version)

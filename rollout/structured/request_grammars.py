@@ -27,7 +27,6 @@ class RequestGrammars:
         spec = params.structured_outputs
         if spec is None:
             return None
-        _check_no_conflicting_bans(params)
         if self._tokenizer is None:
             raise ValueError(
                 "structured_outputs: grammars are matched against token strings, and this model has no tokenizer"
@@ -40,22 +39,3 @@ class RequestGrammars:
             if self._compiler is None:
                 self._compiler = GrammarCompiler(self._tokenizer, self._vocab_size, self._stop_token_ids)
             return self._compiler
-
-
-def _check_no_conflicting_bans(params: SamplingParams) -> None:
-    """Bans that may hide every token the grammar allows (EOS when the grammar can only end) would leave
-    nothing to sample, so they are refused with a grammar rather than failing mid-sample."""
-    conflicting = [
-        name
-        for name, value in (
-            ("min_tokens", params.min_tokens),
-            ("bad_words", params.bad_words or params.bad_words_token_ids),
-            ("allowed_token_ids", params.allowed_token_ids is not None),
-        )
-        if value
-    ]
-    if conflicting:
-        raise ValueError(
-            f"structured_outputs: not supported together with {conflicting[0]}, whose bans could leave no "
-            "token the grammar allows"
-        )

@@ -49,3 +49,20 @@ def follows_schema(text: str) -> bool:
         and isinstance(value["tag"], str)
         and len(value["tag"]) <= 4
     )
+
+
+def z_first_tokenizer() -> PreTrainedTokenizerFast:
+    """Characters from id 0 ("z" is 0): a row sampled from nothing (all -inf, NaN after softmax, drawn
+    as id 0) would write a real character the grammar may allow, so tests can see it."""
+    chars = "zabcdefghijklmnopqrstuvwxy"
+    vocab = {"z": 0, "<s>": 1, "</s>": 2, "<pad>": 3, **{c: i + 3 for i, c in enumerate(chars) if c != "z"}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+
+
+def z_first_llm(seed: int = 0) -> LLM:
+    return LLM(
+        model=tiny_model("llama", seed), tokenizer=z_first_tokenizer(), config=EngineConfig(num_blocks=256)
+    )

@@ -148,21 +148,6 @@ def test_the_compile_happens_once_per_spec() -> None:
     assert llm.engine.grammars.compiler.num_compiled == 1
 
 
-@pytest.mark.parametrize(
-    ("ban", "field"),
-    [
-        ({"min_tokens": 2}, "min_tokens"),
-        ({"bad_words_token_ids": [[5]]}, "bad_words"),
-        ({"allowed_token_ids": [3, 4, 5]}, "allowed_token_ids"),
-    ],
-)
-def test_bans_that_could_leave_nothing_to_sample_are_refused_with_a_grammar(ban: dict, field: str) -> None:
-    llm = structured_llm()
-    params = SamplingParams(structured_outputs=StructuredOutputsParams(choice=CHOICES), **ban)
-    with pytest.raises(ValueError, match=f"structured_outputs: not supported together with {field}"):
-        llm.generate(["abc"], params)
-
-
 def test_a_grammar_the_vocabulary_cannot_continue_ends_that_sample_only() -> None:
     """No token writes "A": the mask is empty there, so that sample ends ("abort") with the tokens it
     drew from a real distribution, and the engine and the batch's other samples go on."""

@@ -1,5 +1,6 @@
 """Structured outputs through a real gRPC server: the offline engine's samples, compiled on the RPC
-thread (never the engine loop's), and bad specs or a server without a tokenizer refused by name."""
+thread (never the engine loop's), with the bans too, and bad specs or a server without a tokenizer refused by
+name."""
 
 from __future__ import annotations
 
@@ -88,3 +89,35 @@ def test_a_server_without_a_tokenizer_refuses_structured_outputs() -> None:
         and "structured_outputs" in details
         and "tokenizer" in details
     )
+
+
+def test_a_grammar_with_bans_gives_the_offline_samples_and_an_empty_step_comes_back_as_abort() -> None:
+    """min_tokens, allowed_token_ids and bad_words (tokenized on the RPC thread) with a grammar, and in
+    the same call a request whose grammar can only end while min_tokens bans EOS."""
+    tokenizer = json_tokenizer()
+    allowed = tuple(tokenizer.convert_tokens_to_ids(list("abcd"))) + (tokenizer.eos_token_id,)
+    banned = SamplingParams(
+        n=3,
+        seed=4,
+        max_tokens=10,
+        logprobs=0,
+        min_tokens=4,
+        allowed_token_ids=allowed,
+        bad_words=("ab",),
+        structured_outputs=StructuredOutputsParams(regex="[a-e]{2,6}"),
+    )
+    stuck = SamplingParams(
+        max_tokens=10, min_tokens=5, structured_outputs=StructuredOutputsParams(regex="ab")
+    )
+    with serving(make_engine(tokenizer=tokenizer)) as server, client_for(server) as client:
+        served = client.generate(PROMPTS, [banned, stuck])
+    offline = structured_llm().generate(PROMPTS, [banned, stuck])
+    # the server may batch the two requests apart: the same tokens, logprobs within float noise
+    assert [[(s.token_ids, s.text, s.finish_reason) for s in o.outputs] for o in served] == [
+        [(s.token_ids, s.text, s.finish_reason) for s in o.outputs] for o in offline
+    ]
+    for got, want in zip(served[0].outputs, offline[0].outputs, strict=True):
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    texts = [s.text for s in served[0].outputs]
+    assert all(re.fullmatch("[abcd]{4,6}", t) and "ab" not in t for t in texts), texts
+    assert [(s.finish_reason, s.text) for s in served[1].outputs] == [("abort", "ab")]

@@ -62,3 +62,19 @@ def test_two_ways_at_once_are_400_naming_them() -> None:
             _chat(client, response_format={"type": "json_object"}, extra_body={"guided_regex": "a"})
         with pytest.raises(openai.BadRequestError, match="structured_outputs.regex"):
             _chat(client, extra_body={"structured_outputs": {"regex": "(a"}})
+
+
+def test_min_tokens_with_a_grammar_delays_the_end_and_the_text_still_matches() -> None:
+    with openai_serving() as (_, http):
+        client = openai.OpenAI(base_url=http.base_url, api_key="none")
+        reply = client.completions.create(
+            model="LlamaForCausalLM",
+            prompt="x",
+            n=2,
+            seed=1,
+            max_tokens=20,
+            extra_body={"guided_regex": "[a-z]+", "min_tokens": 8},
+        )
+    ends = [(c.finish_reason, c.text) for c in reply.choices]
+    assert all(re.fullmatch("[a-z]{8,}", text) for _, text in ends), ends  # no EOS before 8 letters
+    assert "stop" in {reason for reason, _ in ends}, ends

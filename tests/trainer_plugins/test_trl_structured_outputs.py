@@ -1,6 +1,7 @@
 """TRL's structured outputs on a real `rollout serve`: GRPOConfig.vllm_structured_outputs_regex and
 generation_kwargs' structured_outputs reach the server with vLLM's meaning (every completion follows
-them), TRL's precedence and IS-correction warning hold, and a bad spec stops start-up naming the field."""
+them, with min_tokens and bad_words too), TRL's precedence and IS-correction warning hold, and a bad
+spec stops start-up naming the field."""
 
 from __future__ import annotations
 
@@ -43,6 +44,25 @@ def test_trls_regex_reaches_the_server_and_every_completion_matches(tmp_path: Pa
     assert texts and all(re.fullmatch(REGEX, t) for t in texts), texts
     assert "takes precedence" in caplog.text
     assert "reshape the sampling distribution" in caplog.text and "structured_outputs" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_regex_with_min_tokens_and_bad_words_gives_completions_that_follow_all_three(
+    tmp_path: Path,
+) -> None:
+    """A GRPO config moved from vLLM: the grammar and the bans together, not refused."""
+    kwargs = {"min_tokens": 4, "bad_words": ["ab"]}
+    with serving_model(tmp_path) as address:
+        args = grpo_args(
+            tmp_path, max_steps=1, vllm_structured_outputs_regex="[a-c]{2,6}", generation_kwargs=kwargs
+        )
+        trainer = make_trainer(args, address)
+        backend, request, batches = trainer.vllm_generation, trainer.vllm_generation._request, []
+        backend._request = lambda *a: batches.append(request(*a)) or batches[-1]
+        trainer.train()
+    tokenizer = make_tokenizer()
+    texts = [tokenizer.decode(c, skip_special_tokens=True) for b in batches for c in b.completion_ids]
+    assert texts and all(re.fullmatch("[a-c]{4,6}", t) and "ab" not in t for t in texts), texts
 
 
 def test_an_unknown_structured_outputs_key_stops_start_up_naming_it(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 Order of processing (vLLM's and TRL's expectation): logit bias, repetition, frequency and presence
 penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), the structured
-outputs' grammar mask (grammar_mask.py), temperature,
-top-k, top-p, min-p. "processed" logprobs are the fp32 log-softmax after all of it; "raw" ones are the log-softmax
-of the model's logits before any of it. Sampling uses the exponential race (argmax p / E with
+outputs' grammar mask (grammar_mask.py), temperature, top-k, top-p, min-p; a row the bans and the
+grammar leave without a token is flagged, never drawn from (empty_rows.py). "processed" logprobs are
+the fp32 log-softmax after all of it; "raw" ones are the log-softmax of the model's logits before any
+of it. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
 (seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
 tokens do not depend on what else is in the batch or on how the batch was scheduled.
@@ -17,13 +18,14 @@ all-greedy batch draws no noise, and results reach the host in a fixed number of
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import inf
 from typing import TYPE_CHECKING
 
 import torch
 
 from rollout.engine.host_to_device import to_device
+from rollout.engine.sample.empty_rows import empty_row_indices, guard_empty_rows
 from rollout.engine.sample.exponential_race import exponential_race
 from rollout.engine.sample.grammar_mask import apply_grammar_masks
 from rollout.engine.sample.logits_processors import apply_logit_bias, apply_penalties_and_bans
@@ -52,6 +54,8 @@ class SamplerOutput:
     top_logprobs: list[dict[int, float] | None]
     kept_log_masses: list[float | None] | None = None  # per row with logprobs: truncation_mass.py
     kept_token_ids: list[list[int] | None] | None = None  # per row with return_kept_tokens
+    # Rows whose masks (grammar, bans) left no token: nothing was drawn, their entries above mean nothing
+    empty_rows: list[int] = field(default_factory=list)
 
 
 class Sampler:
@@ -62,6 +66,7 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
+        model_logits = logits
         raw_logprobs = (
             torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
         )
@@ -72,6 +77,7 @@ class Sampler:
         if processing:
             logits = apply_penalties_and_bans(logits, rows, self.eos_token_ids)
         logits = apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
+        logits, empty = guard_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
         scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
         logits = _apply_top_p(logits, rows)
@@ -81,6 +87,7 @@ class Sampler:
         out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
         out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs)
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
+        out.empty_rows = empty_row_indices(empty)
         return out
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
