@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -36,7 +37,13 @@ def adapter_update_with_a_failing_rank(
 
 
 def _update(
-    rank: int, path: str, port: int, new: NamedTensors, lora: LoraTargets | None, faulty: object, error: str
+    rank: int,
+    path: str,
+    port: int,
+    new: NamedTensors,
+    lora: LoraTargets | None,
+    faulty: ModuleType,
+    error: str,
 ) -> None:
     group = join(rank, 2, torch.device("cpu"), None, port)
     model = load_shard(Path(path), EngineConfig(tensor_parallel_size=2), group.device)
