@@ -73,7 +73,7 @@ def run_worker(rank: int, path: str, config: EngineConfig, port: int, device_typ
     group = join(rank, config.tensor_parallel_size, device, store, port)
     engine = build_engine(path, config, group, None)
     freeze_startup_heap()
-    serve_steps(engine.local_runner, group)
+    serve_steps(engine.local_runner, group, engine.adapters)
     group.close()
 
 

@@ -22,7 +22,7 @@ from rollout.engine.input_batch import ModelInputs, prepare_inputs
 from rollout.engine.kv_cache import copy_blocks
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.scheduler import SchedulerOutput
-from rollout.weights.manifest import NamedTensors
+from rollout.weights.adapter_store import AdapterPlan, AdapterStore
 
 HOST = torch.device("cpu")
 
@@ -62,8 +62,8 @@ class DriverRunner:
         self.group.broadcast_object(step)
         return run_step(self.runner, step)
 
-    def write_weights(self, named_tensors: NamedTensors) -> None:
-        sharded_weights.update_all_ranks(self.runner.model, named_tensors, self.group)
+    def write_weights(self, plan: AdapterPlan) -> None:
+        sharded_weights.update_all_ranks(self.runner.model, plan, self.group)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Releases the workers from their loop, waits for them, and leaves the process group."""
@@ -80,14 +80,16 @@ class DriverRunner:
             self.group.close()
 
 
-def serve_steps(runner: ModelRunner, group: TPGroup) -> None:
-    """A worker's life after loading: receive a message from rank 0, act on it, until `Shutdown`."""
+def serve_steps(runner: ModelRunner, group: TPGroup, adapters: AdapterStore) -> None:
+    """A worker's life after loading: receive a message from rank 0, act on it, until `Shutdown`.
+
+    `adapters` keeps this rank's base shards of the modules that have a LoRA adapter."""
     while True:
         message = group.broadcast_object()
         if isinstance(message, Step):
             run_step(runner, message)
         elif isinstance(message, sharded_weights.WeightUpdate):
-            sharded_weights.receive_update(runner.model, message, group)
+            sharded_weights.receive_update(runner.model, message, group, adapters)
         elif isinstance(message, Shutdown):
             return
         else:

@@ -43,8 +43,8 @@ from rollout.sampling_params import SamplingParams
 from rollout.structured.grammar_state import GrammarState
 from rollout.structured.request_grammars import RequestGrammars
 from rollout.weights.adapter_store import AdapterPlan, AdapterStore
-from rollout.weights.lora import LoraTargets, has_adapter_factors
-from rollout.weights.manifest import NamedTensors, WeightUpdateError, iter_named_tensors
+from rollout.weights.lora import LoraTargets
+from rollout.weights.manifest import NamedTensors
 
 
 class LLMEngine:
@@ -437,7 +437,7 @@ class LLMEngine:
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
             checked_update.apply_checked(self.local_runner, plan.tensors, self.max_model_len)
         else:
-            self.runner.write_weights(plan.tensors)
+            self.runner.write_weights(plan)
         self.adapters.commit(plan)
         version = self.commit_weight_version(version)
         self._apply_in_flight(policy.plan(list(self.requests.values()), version))
@@ -450,14 +450,8 @@ class LLMEngine:
         return dict(self._adapter_plan(named_tensors, lora).tensors)
 
     def _adapter_plan(self, named_tensors: NamedTensors, lora: LoraTargets | None) -> AdapterPlan:
-        if self.config.tensor_parallel_size == 1:
-            return self.adapters.plan(self.model, named_tensors, lora)
-        items = list(iter_named_tensors(named_tensors))  # the sharded writer validates full tensors
-        if lora or has_adapter_factors(name for name, _ in items):
-            raise WeightUpdateError(
-                "LoRA adapter updates are not supported under tensor_parallel_size > 1; push the merged weights"
-            )
-        return AdapterPlan(items)
+        """Validated, adapters merged (under tensor parallelism: into rank 0's shards)."""
+        return self.adapters.plan(self.model, named_tensors, lora)
 
     def _apply_in_flight(self, plan: InFlightPlan) -> None:
         for request_id in plan.abort:

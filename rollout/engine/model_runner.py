@@ -19,7 +19,7 @@ from rollout.engine.model.derived_positions import derives_positions, position_i
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
-from rollout.weights.manifest import NamedTensors
+from rollout.weights.adapter_store import AdapterPlan
 from rollout.weights.updater import apply_named_tensors
 
 
@@ -86,9 +86,9 @@ class ModelRunner:
             )
         return out.logits[0].float()
 
-    def write_weights(self, named_tensors: NamedTensors) -> None:
-        """Validates every tensor, then writes them all in place (rollout/weights/updater.py)."""
-        apply_named_tensors(self.model, named_tensors)
+    def write_weights(self, plan: AdapterPlan) -> None:
+        """Validates every tensor of the plan, then writes them all in place (rollout/weights/updater.py)."""
+        apply_named_tensors(self.model, plan.tensors)
 
     def shutdown(self) -> None:
         """Nothing runs beside a single-device runner (the tensor-parallel driver stops its workers)."""

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 if TYPE_CHECKING:
     from rollout.engine.model_runner import ModelRunner
     from rollout.engine.scheduler import SchedulerOutput
-    from rollout.weights.manifest import NamedTensors
+    from rollout.weights.adapter_store import AdapterPlan
 
 
 class Runner(Protocol):
@@ -31,7 +31,9 @@ class Runner(Protocol):
 
     def execute(self, sched: SchedulerOutput) -> torch.Tensor: ...
 
-    def write_weights(self, named_tensors: NamedTensors) -> None: ...
+    def write_weights(self, plan: AdapterPlan) -> None:
+        """Writes `plan.tensors`; a tensor-parallel runner sends every rank the update as sent, from
+        which each merges its own adapter shards (rollout/distributed/sharded_weights.py)."""
 
     def shutdown(self) -> None: ...
 

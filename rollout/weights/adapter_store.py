@@ -5,6 +5,8 @@ the engine runs the plain model: same kernels, CUDA graphs, self-check. The stor
 module's base weight so the next adapter is merged into the base, never into the previous merge
 (subtracting the old delta would drift by a rounding each push). A copy exists only while its module
 has an adapter; pushing a module's weight without an adapter ends its adapter (docs/weight_updates.md).
+Under tensor parallelism every rank keeps its own store over its own shards: it merges the full
+delta's slice into its base shard, so each rank holds the slice of what one device would serve.
 """
 
 from __future__ import annotations
@@ -24,15 +26,21 @@ from rollout.weights.manifest import (
     model_targets,
     normalize_name,
 )
+from rollout.weights.shards import local_shard, local_tensor, sharded_like
 
 
 @dataclass(frozen=True, slots=True)
 class AdapterPlan:
-    """An update with its adapters merged: ordinary named tensors to write, and the store's next state."""
+    """An update with its adapters merged: ordinary named tensors to write, and the store's next state.
+
+    Under tensor parallelism a merged weight is this rank's shard (`sharded_like`), and `sent` and
+    `lora` are the update as it came, from which every other rank merges its own shards."""
 
     tensors: list[tuple[str, torch.Tensor]]
-    bases: dict[str, torch.Tensor] = field(default_factory=dict)  # weight name -> base kept after commit
+    bases: dict[str, torch.Tensor] = field(default_factory=dict)  # weight -> base (shard) kept after commit
     dropped: tuple[str, ...] = ()  # weights whose adapter this update ends
+    sent: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    lora: LoraTargets | None = None
 
 
 class AdapterStore:
@@ -59,7 +67,7 @@ class AdapterStore:
         targets = model_targets(model)
         factors = validate_update(Manifest(tuple(TensorSpec.of(n, t) for n, t in items)), targets, lora)
         if not factors and not self._bases:
-            return AdapterPlan(items)
+            return AdapterPlan(items, sent=items, lora=lora)
         base_items = [(name, t) for name, t in items if name not in factors]
         pushed = {normalize_name(name): t for name, t in base_items}
         pairs = _pairs(items, factors)
@@ -68,13 +76,18 @@ class AdapterStore:
         for module, (a, b) in pairs.items():
             weight = f"{module}.weight"
             param = targets[weight]
-            base = self._base_of(weight, param, pushed.get(weight))
-            merged = merged_weight(base, delta_weight(a, b, lora[module], param.device))
+            try:
+                base = self._base_of(weight, param, pushed.get(weight))
+                delta = local_shard(param, delta_weight(a, b, lora[module], base.device))  # full, then cut
+                merged = merged_weight(base, delta)
+            except Exception as exc:  # named in a rank's vote (rollout/distributed/sharded_weights.py)
+                exc.add_note(f"while merging the LoRA adapter of {module}")
+                raise
             _check_finite(module, merged)
-            tensors.append((weight, merged))
+            tensors.append((weight, sharded_like(param, merged)))
             bases[weight] = base
         dropped = tuple(w for w in self._bases if w in pushed and w not in bases)
-        return AdapterPlan(tensors, bases, dropped)
+        return AdapterPlan(tensors, bases, dropped, items, lora)
 
     def commit(self, plan: AdapterPlan) -> None:
         """Records what a written plan left serving."""
@@ -83,12 +96,13 @@ class AdapterStore:
         self._bases.update(plan.bases)
 
     def _base_of(self, weight: str, param: torch.Tensor, pushed: torch.Tensor | None) -> torch.Tensor:
-        """The base this module's adapter merges into: pushed with it, kept, or (first adapter) the
-        weight serving now, which is the base since the module has no adapter."""
+        """This rank's base that the module's adapter merges into: pushed with it, kept, or (first
+        adapter) the weight serving now, which is the base since the module has no adapter."""
+        local = local_tensor(param)
         if pushed is not None:
-            return pushed.to(device=param.device, dtype=param.dtype, copy=True)
+            return local_shard(param, pushed).to(device=local.device, dtype=local.dtype, copy=True)
         kept = self._bases.get(weight)
-        return kept if kept is not None else param.detach().clone()
+        return kept if kept is not None else local.clone()
 
 
 def _pairs(

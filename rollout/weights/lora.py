@@ -9,7 +9,7 @@ push and a push of the PEFT-merged weights serve the same tensors (docs/weight_u
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -64,10 +64,6 @@ def adapter_factor(name: str) -> tuple[str, str] | None:
     if tail not in (["weight"], [tail[0], "weight"]) or i == 0:
         raise WeightUpdateError(f"{name}: not a LoRA factor name (<module>.lora_A[.<adapter>].weight)")
     return ".".join(parts[:i]), _FACTORS[parts[i]]
-
-
-def has_adapter_factors(names: Iterable[str]) -> bool:
-    return any(adapter_factor(name) is not None for name in names)
 
 
 def validate_update(
