@@ -4,6 +4,9 @@ of rows, and never write the caller's logits: property-based."""
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,8 +39,12 @@ def sample_rows(draw) -> SampleRow:
         frequency_penalty=0.0 if plain else draw(PENALTY),
         repetition_penalty=draw(st.sampled_from([1.0, 1.0, 0.5, 1.3, 2.0])),
         logit_bias=None if plain else draw(st.one_of(st.none(), st.dictionaries(IDS, st.floats(-100, 100)))),
-        allowed_token_ids=None if plain else draw(st.one_of(st.none(), st.lists(IDS, min_size=1, max_size=8))),
-        bad_words_token_ids=() if plain else draw(st.lists(st.lists(TOKENS, min_size=1, max_size=3), max_size=4)),
+        allowed_token_ids=None
+        if plain
+        else draw(st.one_of(st.none(), st.lists(IDS, min_size=1, max_size=8))),
+        bad_words_token_ids=()
+        if plain
+        else draw(st.lists(st.lists(TOKENS, min_size=1, max_size=3), max_size=4)),
         stop_token_ids=draw(st.lists(IDS, max_size=2)),
         ignore_eos=draw(st.booleans()),
     )
@@ -122,3 +129,47 @@ def test_the_number_of_ops_does_not_grow_with_the_rows() -> None:
         return counter.count
 
     assert ops(1) == ops(64)
+
+
+def every_processor_rows(num_rows: int) -> list[SampleRow]:
+    params = SamplingParams(
+        temperature=0.8,
+        logprobs=2,
+        max_tokens=32,
+        min_tokens=20,
+        presence_penalty=0.5,
+        frequency_penalty=-0.7,
+        repetition_penalty=1.2,
+        logit_bias={11: 2.0, 12: -2.0},
+        bad_words_token_ids=[[5], [6, 7]],
+        allowed_token_ids=list(range(30)),
+    )
+    return [SampleRow(params, i, [1, 2, 3, 6, 6, 9, 6, i % VOCAB], 3) for i in range(num_rows)]
+
+
+@pytest.mark.gpu
+def test_the_processors_make_no_host_sync_per_row_on_cuda() -> None:
+    def syncs(num_rows: int) -> int:
+        logits = torch.randn(num_rows, VOCAB, device="cuda")
+        sampler, rows = Sampler(seed=0, eos_token_ids=EOS_IDS), every_processor_rows(num_rows)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sampler(logits, rows)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return len(caught)
+
+    assert syncs(64) == syncs(1)
+
+
+@pytest.mark.gpu
+def test_the_processors_give_the_same_bits_on_cuda_as_on_the_cpu() -> None:
+    """Every op is IEEE-exact elementwise (one addition per logit, fp64 division, a cast) on both devices."""
+    rows = every_processor_rows(16)
+    logits = torch.randn(16, VOCAB, generator=torch.Generator().manual_seed(0)) * 8
+    on_cuda = logits.cuda()
+    processor_batch(rows, VOCAB, EOS_IDS, on_cuda.device).apply(on_cuda)
+    assert torch.equal(bits(on_cuda.cpu()), bits(batched(logits, rows)))

@@ -45,7 +45,7 @@ class ProcessorBatch:
         flat = logits.view(-1)
         if self.bias_at is not None:
             flat.index_add_(0, self.bias_at, self.bias)
-        if self.repeated_at is not None:  # transformers' rule, in fp64, clamped to finite fp32
+        if self.repeated_at is not None:  # transformers' rule in fp64 (1e-300 is 0 in fp32), clamped
             seen = flat[self.repeated_at].double()
             penalty = self.repetition_penalty
             penalized = torch.where(seen > 0, seen / penalty, seen * penalty)

@@ -10,7 +10,8 @@ E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's n
 (seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
 tokens do not depend on what else is in the batch or on how the batch was scheduled.
 
-Host work stays flat in the batch size: one call samples the whole step, the vocabulary is sorted
+Host work stays flat in the batch size: one call samples the whole step, the processors run a fixed
+number of ops in the sampler's own copy of the logits (processor_batch.py), the vocabulary is sorted
 only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
 all-greedy batch draws no noise, and results reach the host in a fixed number of copies.
 """
