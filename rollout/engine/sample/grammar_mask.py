@@ -14,11 +14,12 @@ from rollout.engine.host_to_device import to_device
 _BITS = torch.arange(32, dtype=torch.int32)
 
 
-def apply_grammar_masks(logits: torch.Tensor, rows: list) -> torch.Tensor:
-    """logits: [R, vocab]; rows[i].grammar (GrammarState | None) fills row i's allowed tokens."""
+def apply_grammar_masks(logits: torch.Tensor, rows: list) -> None:
+    """logits: [R, vocab], the sampler's own copy, written in place; rows[i].grammar (GrammarState | None)
+    fills row i's allowed tokens."""
     active = [i for i, row in enumerate(rows) if row.grammar is not None]
     if not active:
-        return logits
+        return
     vocab = logits.shape[1]
     # xgrammar's layout: int32 words, bit j of word w allows token 32 * w + j
     bitmask = torch.zeros((len(active), (vocab + 31) // 32), dtype=torch.int32)
@@ -26,11 +27,10 @@ def apply_grammar_masks(logits: torch.Tensor, rows: list) -> torch.Tensor:
         rows[i].grammar.fill_bitmask(bitmask, j)
     allowed = unpack_bitmask(bitmask, vocab).to(logits.device)  # [A, vocab]
     if len(active) == len(rows):  # every row: one masked_fill, no gather or scatter
-        return logits.masked_fill(~allowed, float("-inf"))
+        logits.masked_fill_(~allowed, float("-inf"))
+        return
     index = to_device(active, torch.int64, logits.device)
-    logits = logits.clone()
     logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
-    return logits
 
 
 def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:

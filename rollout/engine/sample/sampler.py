@@ -10,7 +10,8 @@ E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's n
 (seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
 tokens do not depend on what else is in the batch or on how the batch was scheduled.
 
-Host work stays flat in the batch size: one call samples the whole step, the vocabulary is sorted
+Host work stays flat in the batch size: one call samples the whole step, the processors run a fixed
+number of ops in the sampler's own copy of the logits (processor_batch.py), the vocabulary is sorted
 only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
 all-greedy batch draws no noise, and results reach the host in a fixed number of copies.
 """
@@ -28,7 +29,7 @@ from rollout.engine.host_to_device import to_device
 from rollout.engine.sample.empty_rows import empty_row_indices, guard_empty_rows
 from rollout.engine.sample.exponential_race import exponential_race
 from rollout.engine.sample.grammar_mask import apply_grammar_masks
-from rollout.engine.sample.logits_processors import apply_logit_bias, apply_penalties_and_bans
+from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampling_noise import row_state, sample_key
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
@@ -70,13 +71,14 @@ class Sampler:
         raw_logprobs = (
             torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
         )
-        processing = [row for row in rows if row.params.processes_logits]  # usually none: nothing to do
-        if processing:
-            logits = apply_logit_bias(logits, rows)
-        logits = _apply_repetition_penalty(logits, rows)
-        if processing:
-            logits = apply_penalties_and_bans(logits, rows, self.eos_token_ids)
-        logits = apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
+        processors = processor_batch(rows, logits.shape[1], self.eos_token_ids, logits.device)
+        grammars = any(row.grammar is not None for row in rows)
+        if processors is not None or grammars:  # usually neither: nothing copied
+            logits = self._own_copy(logits)
+        if processors is not None:
+            processors.apply(logits)
+        if grammars:
+            apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
         logits, empty = guard_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
         scaled = logits = _apply_temperature(logits, rows)
         logits = _apply_top_k(logits, rows)
@@ -89,6 +91,12 @@ class Sampler:
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         out.empty_rows = empty_row_indices(empty)
         return out
+
+    def _own_copy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The caller's logits in the sampler's buffer, to process in place: the same memory every step
+        (a fresh [R, vocab] tensor costs more in page faults on a CPU than the copy itself)."""
+        buffer = self._workspace.get("logits", tuple(logits.shape), logits.dtype, logits.device)
+        return buffer.copy_(logits)
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         """The exponential race argmax p / E, in log space: argmax(log p - log E)."""
@@ -113,23 +121,6 @@ def _any(rows: list[SampleRow], predicate) -> bool:
 
 def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> torch.Tensor:
     return to_device(values, like.dtype, like.device)[:, None]
-
-
-def _apply_repetition_penalty(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """transformers' rule: a seen token's logit is divided by the penalty if positive, else multiplied.
-
-    Computed in fp64 (a penalty such as 1e-300 is 0 in fp32) and clamped to the finite fp32 range."""
-    if not _any(rows, lambda p: p.repetition_penalty != 1.0):
-        return logits
-    logits = logits.clone()
-    for i, row in enumerate(rows):
-        penalty = row.params.repetition_penalty
-        if penalty != 1.0 and row.seen_token_ids:
-            seen = to_device(sorted(set(row.seen_token_ids)), torch.int64, logits.device)
-            values = logits[i, seen].double()
-            penalized = torch.where(values > 0, values / penalty, values * penalty)
-            logits[i, seen] = _finite(penalized).to(logits.dtype)
-    return logits
 
 
 def _apply_temperature(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
