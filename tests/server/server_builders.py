@@ -42,6 +42,22 @@ def slow_steps(engine: LLMEngine, delay: float = 0.01) -> dict[str, list[Complet
     return finished
 
 
+def finished_at_arrival(loop: EngineLoop, prompt: list[int]) -> dict[str, int]:
+    """Records the loop's finished count when `prompt` is first submitted (wraps `loop.submit`): fair-share
+    tests count from a request's arrival, since on a busy machine a client's own start-up can take as long
+    as several steps of the batch it must not wait behind."""
+    seen: dict[str, int] = {}
+    submit = loop.submit
+
+    def recording(submissions: list) -> object:
+        if any(list(s.prompt_token_ids) == prompt for s in submissions):
+            seen.setdefault("finished", loop.counters["finished"])
+        return submit(submissions)
+
+    loop.submit = recording
+    return seen
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
     """Polls `predicate`; fails the test (never hangs it) if it is not true within `timeout` s."""
     deadline = time.monotonic() + timeout
