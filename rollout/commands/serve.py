@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rollout.commands.usage import UsageError
 from rollout.openai.tool_parsers import PARSERS
 
 logger = logging.getLogger(__name__)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --token, require it for health checks and server reflection too (default: open)",
     )
-    parser.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key enables TLS")
+    parser.add_argument(
+        "--tls-cert",
+        help="PEM certificate chain; with --tls-key enables TLS on gRPC and on --openai-port (HTTPS)",
+    )
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
         "--metrics-port", type=port_number, help="also serve Prometheus /metrics over HTTP on loopback"
@@ -53,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=port_number,
         help="also serve the OpenAI-compatible HTTP API on this port, same engine and --host, --token "
         "(needs rollout[openai]; docs/openai.md)",
+    )
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the model names the OpenAI API answers to; replies and /v1/models report the first "
+        "(default: the model's path or id; gRPC's GetServerInfo keeps that)",
     )
     parser.add_argument(
         "--tool-call-parser",
@@ -82,10 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from rollout.server.engine_loop import EngineLoop
     from rollout.server.metrics import serve_metrics_http
 
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
-        logger.warning(
-            "serving on %s without --token: anyone who can reach it can replace the weights", args.host
-        )
+    _warn_off_loopback(args)
     model = model_path(args)
     with loading_model(model):
         engine = load_engine(model, engine_config(args), args.tokenizer)
@@ -123,9 +132,8 @@ def run(args: argparse.Namespace) -> int:
 def _start_openai(args: argparse.Namespace, server):
     """The OpenAI-compatible front end on the gRPC server's engine loop and metrics."""
     from rollout.openai.server import OpenAIServer
+    from rollout.server.app import ServerTLS
 
-    if args.tls_cert and args.host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("the OpenAI API serves plain HTTP: put a TLS proxy in front of it off loopback")
     try:
         openai_server = OpenAIServer(
             server.loop,
@@ -135,6 +143,8 @@ def _start_openai(args: argparse.Namespace, server):
             token=args.token,
             tool_call_parser=args.tool_call_parser,
             max_body_bytes=args.openai_max_body_mb * 2**20,
+            served_model_names=args.served_model_name,
+            tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         ).start()
     except OSError as exc:
         server.stop(grace=0.0)
@@ -143,13 +153,34 @@ def _start_openai(args: argparse.Namespace, server):
     return openai_server
 
 
+def _warn_off_loopback(args: argparse.Namespace) -> None:
+    """Off loopback, both front ends share one rule: the token guards them, TLS encrypts them both."""
+    if args.host in LOOPBACK:
+        return
+    served = "gRPC" if args.openai_port is None else "gRPC and the OpenAI API"
+    if not args.token:
+        logger.warning(
+            "serving %s on %s without --token: anyone who can reach it can replace the weights",
+            served,
+            args.host,
+        )
+    if not args.tls_cert:
+        logger.warning(
+            "serving %s on %s without --tls-cert/--tls-key: requests, replies and the token travel "
+            "in clear text",
+            served,
+            args.host,
+        )
+
+
 def check_serve_args(args: argparse.Namespace) -> None:
     """UsageError for what can be refused before loading: TLS files, taken ports, a missing model."""
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise UsageError("--tls-cert and --tls-key go together; pass both, or neither")
-    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
-        if path and not Path(path).is_file():
-            raise UsageError(f"{flag} {path}: no such file")
+    _check_tls(args.tls_cert, args.tls_key)
+    if args.served_model_name is not None and args.openai_port is None:
+        raise UsageError("--served-model-name names the model on the OpenAI API; it needs --openai-port")
+    for name in args.served_model_name or ():
+        if not name.strip():
+            raise UsageError(f"--served-model-name {name!r}: a name must not be empty")
     check_bindable(args.host, args.port, "--port")
     if args.metrics_port is not None:
         check_bindable("127.0.0.1", args.metrics_port, "--metrics-port")
@@ -157,6 +188,22 @@ def check_serve_args(args: argparse.Namespace) -> None:
         _check_openai_extra()
         check_bindable(args.host, args.openai_port, "--openai-port")
     model_path(args)
+
+
+def _check_tls(cert: str | None, key: str | None) -> None:
+    """Both files or neither, and a pair that loads: gRPC and HTTPS would each refuse it later."""
+    if bool(cert) != bool(key):
+        raise UsageError("--tls-cert and --tls-key go together; pass both, or neither")
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if path and not Path(path).is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    if cert:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise UsageError(
+                f"--tls-cert {cert} --tls-key {key}: not a PEM certificate chain and its private key ({exc})"
+            ) from None
 
 
 def _check_openai_extra() -> None:

@@ -24,8 +24,8 @@ from rollout.openai.frontend import (
     write_completion,
 )
 from rollout.openai.guard import Guard
-from rollout.openai.prepare import ModelNotFoundError
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.served_names import ModelNotFoundError
 from rollout.openai.streaming import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
@@ -48,16 +48,15 @@ def build_app(frontend: Frontend, metrics: Metrics, token: str | None, max_body_
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        engine = frontend.loop.engine
-        model = {
-            "id": frontend.model_name,
+        """One card per served name (vLLM lists every --served-model-name), the first first."""
+        card = {
             "object": "model",
             "created": 0,
             "owned_by": "rollout",
-            "max_model_len": engine.max_model_len,
+            "max_model_len": frontend.loop.engine.max_model_len,
             "weight_version": int(frontend.loop.stats()["weight_version"]),
         }
-        return {"object": "list", "data": [model]}
+        return {"object": "list", "data": [{"id": name} | card for name in frontend.served.names]}
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request) -> Response:

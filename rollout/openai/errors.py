@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.openai.choice_stream import StreamMismatchError
-from rollout.openai.prepare import ModelNotFoundError
+from rollout.openai.served_names import ModelNotFoundError
 from rollout.server.loop_errors import (
     EngineStepError,
     NotAcceptingError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ from rollout.detokenize.finish_text import finish_text
 from rollout.openai.prepare import Prepared, Preparer
 from rollout.openai.responses import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.served_names import ServedNames
 from rollout.openai.stream_deltas import StreamDeltas
 from rollout.openai.tool_parsers import PARSERS, parser_for_template
 from rollout.outputs import CompletionOutput
@@ -34,16 +35,22 @@ WriteChoice = Callable[[CompletionOutput, int, ReplyOptions], dict[str, Any]]
 class Frontend:
     """The engine loop as the OpenAI endpoints see it."""
 
-    def __init__(self, loop: EngineLoop, tool_parser: str | None = None, max_open_requests: int = 256):
+    def __init__(
+        self,
+        loop: EngineLoop,
+        tool_parser: str | None = None,
+        max_open_requests: int = 256,
+        served_model_names: Sequence[str] | None = None,
+    ):
         engine = loop.engine
         template = getattr(engine.tokenizer, "chat_template", None)
         parser = tool_parser or parser_for_template(template if isinstance(template, str) else None)
         if parser not in PARSERS:
             raise ValueError(f"tool_call_parser must be one of {sorted(PARSERS)}, got {parser!r}")
         self.loop = loop
-        self.model_name = engine.model_info.name
+        self.served = ServedNames.of(served_model_names, engine.model_info.name)
         self.tool_parser = parser
-        self.preparer = Preparer(engine, self.model_name, parser)
+        self.preparer = Preparer(engine, self.served, parser)
         # Each open request waits for its samples on one of these threads, as a gRPC call holds one.
         self.executor = ThreadPoolExecutor(max_open_requests + 8, "rollout-openai")
 
@@ -115,7 +122,7 @@ class Frontend:
             watcher.cancel()
 
     def head(self, request_id: str, kind: str) -> dict[str, Any]:
-        return {"id": request_id, "object": kind, "created": int(time.time()), "model": self.model_name}
+        return {"id": request_id, "object": kind, "created": int(time.time()), "model": self.served.primary}
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

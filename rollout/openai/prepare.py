@@ -9,18 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
+from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.openai.chat_turns import appended_prompt
 from rollout.openai.prefix_check import prefix_break
 from rollout.openai.responses import ReplyOptions
 from rollout.openai.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.served_names import ServedNames
 from rollout.protocol.chat_messages import conversation_json, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.server.handle import Submission
-
-
-class ModelNotFoundError(LookupError):
-    """The request names a model this server does not serve (404)."""
 
 
 @dataclass(frozen=True)
@@ -37,9 +36,9 @@ class Prepared:
 class Preparer:
     """Turns request bodies into Submissions for one engine (its tokenizer, context, vocabulary)."""
 
-    def __init__(self, engine: Any, model_name: str, tool_parser: str):
+    def __init__(self, engine: Any, served: ServedNames, tool_parser: str):
         self.engine = engine
-        self.model_name = model_name
+        self.served = served
         self.tool_parser = tool_parser
         self.tokenizer = engine.tokenizer
         self.max_chars = (
@@ -47,7 +46,7 @@ class Preparer:
         )
 
     def chat(self, req: ChatCompletionRequest, request_id: str, caller: str) -> Prepared:
-        self._check_model(req.model)
+        self.served.check(req.model)
         _check_chat_options(req)
         messages = conversation_json(req.messages, "messages")
         tools = tools_json(req.tools)
@@ -62,7 +61,7 @@ class Preparer:
         return Prepared([self._submission(req, ids, None, request_id, caller)], opts, req.n, extensions)
 
     def completion(self, req: CompletionRequest, request_id: str, caller: str) -> Prepared:
-        self._check_model(req.model)
+        self.served.check(req.model)
         _check_completion_options(req)
         subs = [
             self._submission(req, ids, text, f"{request_id}-{i}", caller)
@@ -80,6 +79,9 @@ class Preparer:
         caller: str,
     ) -> Submission:
         params = sampling_params(req, len(ids), self.engine.max_model_len)
+        if params.bad_words:
+            with TOKENIZER_LOCK:
+                params = with_bad_words_tokenized(params, self.tokenizer)
         self.engine.validate_request(ids, params)
         return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
 
@@ -104,12 +106,6 @@ class Preparer:
         return ReplyOptions(
             self.tokenizer, parser, logprobs, top, req.return_token_ids is not False, req.skip_special_tokens
         )
-
-    def _check_model(self, model: str) -> None:
-        if model != self.model_name:
-            raise ModelNotFoundError(
-                f"model: {model!r} is not served here; this server serves {self.model_name!r}"
-            )
 
 
 def _prefix_fields(

@@ -3,7 +3,8 @@
 Stop strings, min_tokens, presence/frequency penalties and logit_bias are passed through once
 SamplingParams has a field of that name (read with dataclasses.fields at import, so they arrive
 with no change here); until then a request that sets one to anything but its neutral value is
-refused with 400 naming it. `stop` given as token ids maps to stop_token_ids.
+refused with 400 naming it. `stop` given as token ids maps to stop_token_ids. `bad_words` stay
+strings here; prepare.py tokenizes them (the engine loop's thread never tokenizes).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def sampling_params(
         "seed",
         "logprobs_mode",
         "skip_special_tokens",
+        "allowed_token_ids",
+        "bad_words",
+        "bad_words_token_ids",
     ):
         value = getattr(request, name)
         if value is not None:

@@ -47,7 +47,10 @@ class SamplingFields(BaseModel):
     return_token_ids: bool | None = None  # None: returned (rollout's default); False: left out
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
     logprobs_mode: Literal["processed", "raw"] | None = None  # rollout's (SamplingParams.logprobs_mode)
+    bad_words_token_ids: list[list[int]] | None = None  # rollout's: bad words given as token sequences
     # Structured outputs (rollout/openai/structured_fields.py): OpenAI's response_format, vLLM's
     # structured_outputs object and its older guided_* keys
     response_format: dict[str, Any] | None = None

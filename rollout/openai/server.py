@@ -1,7 +1,8 @@
 """OpenAIServer: the FastAPI app under uvicorn on a thread of the `rollout serve` process.
 
 It binds its socket itself (port 0 picks a free one, and the port is known before it serves) and
-shares the gRPC server's EngineLoop and Metrics; stopping it stops only the HTTP side.
+shares the gRPC server's EngineLoop and Metrics; stopping it stops only the HTTP side. With the gRPC
+server's ServerTLS it serves HTTPS with the same certificate and key.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Sequence
 
 import uvicorn
 
 from rollout.openai.app import build_app
 from rollout.openai.frontend import Frontend
+from rollout.server.app import ServerTLS
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.metrics import Metrics
 
@@ -31,12 +34,23 @@ class OpenAIServer:
         tool_call_parser: str | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_open_requests: int = 256,
+        served_model_names: Sequence[str] | None = None,
+        tls: ServerTLS | None = None,
     ):
-        self.frontend = Frontend(loop, tool_call_parser, max_open_requests)
+        self.frontend = Frontend(loop, tool_call_parser, max_open_requests, served_model_names)
         app = build_app(self.frontend, metrics or Metrics(loop), token, max_body_bytes)
+        self.scheme = "https" if tls else "http"
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            ssl_certfile=tls.cert_file if tls else None,
+            ssl_keyfile=tls.key_file if tls else None,
+        )
+        config.load()  # here, not on the server thread: a certificate that does not load raises to the caller
         self.socket = _bind(host, port)
         self.host, self.port = host, self.socket.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self.socket]}, name="rollout-openai", daemon=True
@@ -45,7 +59,7 @@ class OpenAIServer:
     @property
     def base_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return f"{self.scheme}://{host}:{self.port}/v1"
 
     def start(self, timeout: float = 30.0) -> OpenAIServer:
         self._thread.start()

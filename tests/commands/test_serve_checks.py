@@ -77,3 +77,22 @@ def test_a_missing_tls_file_is_named(tmp_path: Path, capsys, no_model_load) -> N
         main(["serve", "--port", "0", "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(key)]) == 2
     )
     assert f"--tls-cert {tmp_path / 'cert.pem'}: no such file" in one_line_error(capsys)
+
+
+def test_a_certificate_that_does_not_load_is_refused_before_the_model_loads(
+    tmp_path: Path, capsys, no_model_load
+) -> None:
+    """gRPC and HTTPS share the pair: one clear line now, not a failed start after loading."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate")
+    key.write_text("not a key")
+    assert main(["serve", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key)]) == 2
+    assert f"--tls-cert {cert} --tls-key {key}: not a PEM certificate chain" in one_line_error(capsys)
+
+
+def test_served_model_name_without_the_openai_port_is_refused(capsys, no_model_load) -> None:
+    """It would name nothing: gRPC keeps the engine's name."""
+    assert main(["serve", "--port", "0", "--served-model-name", "policy"]) == 2
+    assert "--served-model-name names the model on the OpenAI API; it needs --openai-port" in one_line_error(
+        capsys
+    )
