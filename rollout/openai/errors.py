@@ -6,10 +6,13 @@ reached the engine; a full queue 429; a paused or draining server 503; an engine
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.served_names import ModelNotFoundError
+from rollout.sampling_params import SamplingParams
 from rollout.server.loop_errors import (
     EngineStepError,
     NotAcceptingError,
@@ -28,6 +31,9 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (StreamMismatchError, 500, "InternalServerError"),
 )
 
+# A message starting with one of these names that field even without a colon ("top_p must be ...").
+_SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+
 
 def error_body(message: str, kind: str, status: int, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
@@ -38,8 +44,18 @@ def status_of(exc: Exception) -> tuple[int, dict[str, Any]]:
     for kind, status, name in _STATUS:
         if isinstance(exc, kind):
             message = str(exc)
-            return status, error_body(message, name, status, message.split(":", 1)[0] or None)
+            return status, error_body(message, name, status, field_of(message))
     raise exc
+
+
+def field_of(message: str) -> str | None:
+    """The field a message starts with ("top_p: ...", "messages[0].content: ...", "temperature must be
+    ..." for a sampling field), or None when it starts with prose ("the server is paused")."""
+    head = re.match(r"[A-Za-z_][\w.\[\]]*", message)
+    if head is None:
+        return None
+    word = head.group(0)
+    return word if message[head.end() : head.end() + 1] == ":" or word in _SAMPLING_FIELDS else None
 
 
 def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:

@@ -34,6 +34,7 @@ def test_an_invalid_value_is_400_naming_the_field() -> None:
     with openai_serving() as (_, http):
         reply = httpx.post(f"{http.base_url}/chat/completions", json={**CHAT, "top_p": 2.0})
     assert reply.status_code == 400 and "top_p" in reply.json()["error"]["message"]
+    assert reply.json()["error"]["param"] == "top_p"  # the field, not the whole message
 
 
 def test_an_oversized_body_is_413_before_it_is_parsed() -> None:
