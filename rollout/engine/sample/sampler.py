@@ -89,7 +89,7 @@ class Sampler:
         processed = self._log_softmax(logits, "processed")
         token_ids = self._draw(processed, rows)
         out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
-        out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs)
+        out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs, self._workspace)
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         out.empty_rows = empty_row_indices(empty)
         return out
