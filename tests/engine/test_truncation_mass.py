@@ -13,6 +13,8 @@ import torch
 
 from rollout import SamplingParams
 from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.engine.sample.truncation_mass import logsumexp
+from rollout.ops.workspace import Workspace
 from tests.builders import tiny_llm
 
 VOCAB = 300
@@ -97,3 +99,19 @@ def test_kept_token_ids_on_request_are_the_truncated_support(params: SamplingPar
 def test_return_kept_tokens_is_validated() -> None:
     with pytest.raises(ValueError, match="return_kept_tokens"):
         SamplingParams(return_kept_tokens="yes")
+
+
+def test_the_workspace_logsumexp_is_torchs_bit_for_bit() -> None:
+    """Scales from 0.01 to 100, -inf tokens and rows, +inf, NaN and the fp32 extremes."""
+    generator = torch.Generator().manual_seed(0)
+    for case in range(60):
+        rows, vocab = 1 + case % 5, 1 + 97 * case
+        values = torch.randn(rows, vocab, generator=generator) * 10 ** (case % 5 - 2)
+        values[torch.rand(rows, vocab, generator=generator) < 0.3] = -math.inf
+        special = [-math.inf, math.inf, math.nan, 3.0e38][case % 4]
+        values[0, : case % 3] = special if case % 4 else -math.inf
+        values[-1] = -math.inf if case % 6 == 0 else values[-1]
+        mine, theirs = logsumexp(values, Workspace()), torch.logsumexp(values, dim=-1)
+        assert torch.equal(mine.nan_to_num(), theirs.nan_to_num()) and torch.equal(
+            mine.isnan(), theirs.isnan()
+        )

@@ -13,14 +13,16 @@ tokens do not depend on what else is in the batch or on how the batch was schedu
 Host work stays flat in the batch size: one call samples the whole step, the processors run a fixed
 number of ops in the sampler's own copy of the logits (processor_batch.py), the vocabulary is sorted
 only for top-p (top-k uses a partial `topk`; greedy, temperature and min-p sort nothing), an
-all-greedy batch draws no noise, and results reach the host in a fixed number of copies.
+all-greedy batch draws no noise, and results reach the host in a fixed number of copies. Memory stays
+flat too: every [R, vocab] temporary is written into the sampler's workspace (on a CPU a fresh one costs
+more in page faults than its arithmetic), and only host lists leave a step, so the next step may
+overwrite it all.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from math import inf
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,6 +33,7 @@ from rollout.engine.sample.exponential_race import exponential_race
 from rollout.engine.sample.grammar_mask import apply_grammar_masks
 from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampling_noise import row_state, sample_key
+from rollout.engine.sample.truncation import row_column, truncate
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
@@ -63,13 +66,14 @@ class Sampler:
     def __init__(self, seed: int, eos_token_ids: frozenset[int] = frozenset()) -> None:
         self.eos_token_ids = eos_token_ids  # what min_tokens bans besides stop_token_ids
         self._rng = random.Random(seed)  # keys of unseeded rows: reproducible per engine seed
-        self._workspace = Workspace()  # the noise's [rows, vocab] buffers, reused every step
+        # every [rows, vocab] temporary (the copy, scaled, truncated, log-softmax, noise), reused each step
+        self._workspace = Workspace()
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
-        model_logits = logits
+        model_logits = logits  # the caller's: read, never written
         raw_logprobs = (
-            torch.log_softmax(logits, dim=-1) if _any(rows, lambda p: p.logprobs_mode == "raw") else None
+            self._log_softmax(logits, "raw") if _any(rows, lambda p: p.logprobs_mode == "raw") else None
         )
         processors = processor_batch(rows, logits.shape[1], self.eos_token_ids, logits.device)
         grammars = any(row.grammar is not None for row in rows)
@@ -80,14 +84,12 @@ class Sampler:
         if grammars:
             apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
         logits, empty = guard_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
-        scaled = logits = _apply_temperature(logits, rows)
-        logits = _apply_top_k(logits, rows)
-        logits = _apply_top_p(logits, rows)
-        logits = _apply_min_p(logits, rows)
-        processed = torch.log_softmax(logits, dim=-1)
+        scaled = self._apply_temperature(logits, rows, owned=logits is not model_logits)
+        logits = truncate(scaled, rows, self._workspace)
+        processed = self._log_softmax(logits, "processed")
         token_ids = self._draw(processed, rows)
         out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
-        out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs)
+        out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs, self._workspace)
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         out.empty_rows = empty_row_indices(empty)
         return out
@@ -95,8 +97,25 @@ class Sampler:
     def _own_copy(self, logits: torch.Tensor) -> torch.Tensor:
         """The caller's logits in the sampler's buffer, to process in place: the same memory every step
         (a fresh [R, vocab] tensor costs more in page faults on a CPU than the copy itself)."""
-        buffer = self._workspace.get("logits", tuple(logits.shape), logits.dtype, logits.device)
-        return buffer.copy_(logits)
+        return self._buffer("logits", logits).copy_(logits)
+
+    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """[R, vocab] of the workspace, overwritten by the next step: nothing returned may point into it."""
+        return self._workspace.get(name, tuple(like.shape), like.dtype, like.device)
+
+    def _log_softmax(self, logits: torch.Tensor, name: str) -> torch.Tensor:
+        return torch.log_softmax(logits, dim=-1, out=self._buffer(name, logits))
+
+    def _apply_temperature(self, logits: torch.Tensor, rows: list[SampleRow], owned: bool) -> torch.Tensor:
+        """Greedy rows keep their logits; a temperature below 1 can overflow fp32 logits, hence the clamp
+        (overflowed values become the largest finite ones: still the extremes, never inf - inf = NaN).
+        In place when the logits are the sampler's own, else into its "logits" buffer."""
+        temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
+        if all(t == 1.0 for t in temps):
+            return logits
+        into = logits if owned else self._buffer("logits", logits)
+        scaled = torch.div(logits, row_column([min(t, _FP32_MAX) for t in temps], logits), out=into)
+        return scaled.clamp_(min=-_FP32_MAX, max=_FP32_MAX) if min(temps) < 1.0 else scaled
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         """The exponential race argmax p / E, in log space: argmax(log p - log E)."""
@@ -119,65 +138,7 @@ def _any(rows: list[SampleRow], predicate) -> bool:
     return any(predicate(row.params) for row in rows)
 
 
-def _column(rows: list[SampleRow], values: list[float], like: torch.Tensor) -> torch.Tensor:
-    return to_device(values, like.dtype, like.device)[:, None]
-
-
-def _apply_temperature(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """Greedy rows keep their logits; a temperature below 1 can overflow fp32 logits, hence the clamp."""
-    temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
-    if all(t == 1.0 for t in temps):
-        return logits
-    scaled = logits / _column(rows, [min(t, _FP32_MAX) for t in temps], logits)
-    return _finite(scaled) if min(temps) < 1.0 else scaled
-
-
 _FP32_MAX = torch.finfo(torch.float32).max
-
-
-def _finite(values: torch.Tensor) -> torch.Tensor:
-    """Overflowed values become the largest finite fp32 ones: still the extremes, never inf - inf = NaN."""
-    return values.clamp(min=-_FP32_MAX, max=_FP32_MAX)
-
-
-def _apply_top_k(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    vocab = logits.shape[1]
-    active = [0 < row.params.top_k < vocab and not row.params.greedy for row in rows]
-    if not any(active):
-        return logits
-    # k-th largest value per row, without a full sort of the vocabulary; rows without top-k take
-    # k = 1 (cheap) and a threshold of -inf
-    ks = [row.params.top_k if on else 1 for row, on in zip(rows, active, strict=True)]
-    kth = logits.topk(max(ks), dim=-1).values.gather(
-        1, to_device(ks, torch.int64, logits.device)[:, None] - 1
-    )
-    kth = kth.masked_fill(~to_device(active, torch.bool, logits.device)[:, None], float("-inf"))
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def _apply_top_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    # a row without top-p gets an infinite threshold: its rounded cumulative mass can reach 1.0
-    # before the tail, and comparing it with p = 1.0 would cut tokens only when batched
-    ps = [row.params.top_p if row.params.top_p < 1.0 and not row.params.greedy else inf for row in rows]
-    if all(p == inf for p in ps):
-        return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    # drop a token when the mass before it already reaches p (the top token always stays)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop_sorted = mass_before >= _column(rows, ps, probs)
-    drop_sorted[:, 0] = False  # a top_p that rounds to 0 in fp32 still keeps the top token
-    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def _apply_min_p(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    ms = [row.params.min_p if not row.params.greedy else 0.0 for row in rows]
-    if all(m == 0.0 for m in ms):
-        return logits
-    probs = logits.softmax(dim=-1)
-    threshold = probs.amax(dim=-1, keepdim=True) * _column(rows, ms, probs)
-    return logits.masked_fill(probs < threshold, float("-inf"))
 
 
 def _gather_logprobs(
@@ -209,4 +170,4 @@ def _logprob_source(processed: torch.Tensor, raw: torch.Tensor | None, rows: lis
     if raw is None:
         return processed
     is_raw = to_device([row.params.logprobs_mode == "raw" for row in rows], torch.bool, processed.device)
-    return torch.where(is_raw[:, None], raw, processed)
+    return torch.where(is_raw[:, None], raw, processed, out=raw)  # raw: the sampler's buffer, read once
