@@ -14,7 +14,8 @@ from rollout.bench import systems
 from rollout.bench.floor import linear_seconds, matmul_modules
 from rollout.bench.workloads import Workload
 from rollout.cli import main as cli_main
-from tests.builders import random_prompts, tiny_model
+from tests.builders import char_tokenizer, random_prompts, tiny_model
+from tests.server.hybrid_builders import save_hybrid
 
 
 def bench(tmp_path: Path, *args: str) -> dict:
@@ -72,3 +73,23 @@ def test_the_parsers_baselines_are_the_benchmarks() -> None:
     from rollout.bench import command, side_by_side
 
     assert sorted(command.BASELINES) == sorted(side_by_side.BASELINES)
+
+
+def test_a_hybrid_models_bench_skips_transformers_continuous_batching_saying_why(
+    tmp_path: Path, capsys
+) -> None:
+    """transformers' generate_batch keeps attention caches only: it cannot run Nemotron-H's Mamba2 layers."""
+    model = save_hybrid(tmp_path / "nemotron_h", "nemotron_h", char_tokenizer())
+    report = bench(
+        tmp_path, "--model", str(model), "--new", "4", "--prompt-len", "8", "16", "--workloads", "fixed"
+    )
+    assert set(report["fixed"]["results"]) == {"rollout", "generate_static", "generate"}
+    assert "generate_batch: skipped, transformers' continuous batching cannot run" in capsys.readouterr().out
+
+
+def test_a_model_without_a_context_length_is_benched_up_to_the_workloads_length(tmp_path: Path) -> None:
+    model = save_hybrid(tmp_path / "mamba2", "mamba2", char_tokenizer())
+    report = bench(
+        tmp_path, "--model", str(model), "--new", "4", "--prompt-len", "8", "16", "--compare", "generate"
+    )
+    assert {r["tokens"] for r in report["fixed"]["results"].values()} == {3 * 2 * 4}

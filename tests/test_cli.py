@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from transformers import PreTrainedTokenizerFast
 
+from rollout import EngineConfig
 from rollout.cli import main
 from rollout.engine_factory import load_engine
 from tests.builders import CONVERSATION, char_tokenizer, tiny_model, tool_chat_tokenizer
+from tests.server.hybrid_builders import HYBRIDS, MAX_MODEL_LEN, save_hybrid
 from tests.server.server_builders import serving
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -138,3 +141,18 @@ def test_stop_flags_apply_to_every_line_and_a_lines_own_stop_overrides_them(tmp_
         "stop",
         None,
     )
+
+
+@pytest.mark.parametrize("model_type", HYBRIDS)
+def test_generate_against_a_hybrid_server_matches_in_process(tmp_path: Path, model_type: str) -> None:
+    """Nemotron-H (Mamba2, MoE, attention) and Mamba-2 (no attention; it declares no context length, so
+    both sides are given one)."""
+    model = save_hybrid(tmp_path / model_type, model_type, char_tokenizer())
+    src = write_lines(tmp_path / "in.jsonl", [LINES[0], LINES[1], LINES[4]])
+    length = ["--max-model-len", str(MAX_MODEL_LEN)]
+    _, local = run_generate(tmp_path, src, "--model", str(model), *length)
+    with serving(load_engine(model, EngineConfig(max_model_len=MAX_MODEL_LEN))) as server:
+        code, remote = run_generate(tmp_path, src, "--server", server.address)
+    assert code == 0 and len(remote) == 3 and len(remote[2]["samples"]) == 2
+    strip = [{k: v for k, v in r.items() if k != "request_id"} for r in local]
+    assert [{k: v for k, v in r.items() if k != "request_id"} for r in remote] == strip

@@ -28,6 +28,12 @@ BASELINES: dict[str, tuple[str, Callable[[PreTrainedModel, Workload], systems.Sy
     ),
 }
 
+# name -> why it cannot run a model (None: it can), for the baselines that cannot run every model
+REFUSALS: dict[str, Callable[[PreTrainedModel], str | None]] = {
+    "generate_batch": systems.generate_batch_refusal,
+    "generate_batch_eager": systems.generate_batch_refusal,
+}
+
 
 @dataclass(frozen=True)
 class Report:
@@ -48,11 +54,15 @@ class Report:
 
 def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str, repeats: int) -> Report:
     """Measures rollout (and its matmul floor, in the same runs) and each baseline on its own copy."""
+    print(work.description, flush=True)
     model = copy.deepcopy(base)
     runs = {"rollout": systems.rollout_engine(model, work, device)}
     for name in (b for b in BASELINES if b in baselines):
+        why = REFUSALS[name](base) if name in REFUSALS else None
+        if why is not None:
+            print(f"  {name}: skipped, {why}", flush=True)
+            continue
         runs[name] = BASELINES[name][1](copy.deepcopy(base), work)
-    print(work.description, flush=True)
     print(f"  {'system':58s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>9s}  rollout is", flush=True)
     runs["rollout"], floors = _with_floor(model, runs["rollout"])
     results: dict[str, systems.Result] = {}

@@ -18,6 +18,8 @@ from transformers.generation import ContinuousBatchingConfig
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.bench.workloads import Workload
+from rollout.engine.hybrid.recurrent_layers import recurrent_modules
+from rollout.engine.model.model_loader import model_max_len
 
 System = Callable[[], int]  # runs the whole workload once, returns the number of output tokens
 
@@ -42,9 +44,12 @@ def random_prompts(
 
 
 def rollout_engine(model: PreTrainedModel, work: Workload, device: str) -> System:
-    llm = LLM(
-        model=model, config=EngineConfig(max_num_seqs=max(256, len(work.prompts) * work.n), device=device)
+    # A model that declares no context length (Mamba: no positions) gets the workload's.
+    max_len = None if model_max_len(model) else max(len(p) for p in work.prompts) + work.new
+    config = EngineConfig(
+        max_num_seqs=max(256, len(work.prompts) * work.n), device=device, max_model_len=max_len
     )
+    llm = LLM(model=model, config=config)
     params = SamplingParams(
         n=work.n, max_tokens=work.new, temperature=1.0, ignore_eos=work.eos_token_id is None, logprobs=0
     )
@@ -59,7 +64,7 @@ def rollout_engine(model: PreTrainedModel, work: Workload, device: str) -> Syste
 def static_generate(model: PreTrainedModel, work: Workload) -> System:
     """`generate` given every row at once (prompts left-padded, `num_return_sequences=n`), logits kept
     for the logprobs: the strongest simple baseline. With EOS, a finished row pads until the last ends."""
-    model.set_attn_implementation("sdpa")
+    _sdpa(model)
     width = max(len(p) for p in work.prompts)
     pad = 0
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in work.prompts], device=model.device)
@@ -77,7 +82,7 @@ def static_generate(model: PreTrainedModel, work: Workload) -> System:
 
 def generate(model: PreTrainedModel, work: Workload) -> System:
     """Plain `generate`, one call per prompt with `num_return_sequences=n` (no padding waste)."""
-    model.set_attn_implementation("sdpa")
+    _sdpa(model)
 
     def run() -> int:
         total = 0
@@ -112,6 +117,24 @@ def generate_batch(model: PreTrainedModel, work: Workload, attn: str) -> System:
         return sum(len(o.generated_tokens) for o in outs.values())
 
     return run
+
+
+def generate_batch_refusal(model: PreTrainedModel) -> str | None:
+    """Why transformers' continuous batching cannot run `model`, or None: its cache holds attention KV
+    only, so a model with recurrent layers (Mamba, Gated DeltaNet, short convolutions) fails in it."""
+    recurrent = recurrent_modules(model)
+    if not recurrent:
+        return None
+    return (
+        f"transformers' continuous batching cannot run {type(model).__name__}: its cache holds attention "
+        f"KV only, not the states of recurrent layers ({type(recurrent[0]).__name__})"
+    )
+
+
+def _sdpa(model: PreTrainedModel) -> None:
+    """SDPA attention, for a model that has it (Mamba has no attention, and refuses the setting)."""
+    if model._supports_sdpa:
+        model.set_attn_implementation("sdpa")
 
 
 def _generate_kwargs(work: Workload) -> dict:

@@ -490,7 +490,8 @@ class LLMEngine:
             "num_waiting_seqs": len(sched.waiting),
             "num_preemptions": sched.stats.num_preemptions,
             "prefix_caching": int(bm.enable_prefix_caching),
-            "num_state_snapshots": len(bm.snapshots) if bm.snapshots is not None else 0,  # hybrid models
+            "num_state_slots": len(bm.states) if bm.states is not None else 0,  # hybrid models: held states
+            "num_state_snapshots": len(bm.snapshots) if bm.snapshots is not None else 0,
             "max_state_snapshots": bm.snapshots.capacity if bm.snapshots is not None else 0,
             "state_bytes_per_seq": self.state_budget.bytes_per_seq,  # one slot or snapshot; 0 without
             "state_bytes_reserved": self.state_budget.state_bytes,  # running slots + snapshot cap

@@ -177,6 +177,18 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("kv_cache_blocks_total", "gauge", "KV cache blocks.", lambda f: f.blocks_total),
     Metric(
+        "state_slots_used",
+        "gauge",
+        "Hybrid models: sequences holding recurrent states (at most max_num_seqs).",
+        _stat("num_state_slots"),
+    ),
+    Metric(
+        "state_snapshots",
+        "gauge",
+        "Hybrid models: recurrent-state snapshots kept for prefix hits.",
+        _stat("num_state_snapshots"),
+    ),
+    Metric(
         "preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", _stat("num_preemptions")
     ),
     Metric("weight_version", "gauge", "Version of the weights serving now.", _stat("weight_version")),

@@ -36,8 +36,8 @@ def peft_update(
     for name, module in model.named_modules():
         if not hasattr(module, "lora_A") or adapter not in module.lora_A:
             continue
-        _refuse_unsupported(name, module, adapter)
         hf_name = normalize_name(name + ".weight").removesuffix(".weight")
+        _refuse_unsupported(hf_name, module, adapter)
         targets[hf_name] = LoraTarget(
             float(module.scaling[adapter]), bool(getattr(module, "fan_in_fan_out", False))
         )
@@ -83,6 +83,12 @@ def _refuse_unsupported(name: str, module: nn.Module, adapter: str) -> None:
     if getattr(module, "lora_bias", {}).get(adapter, False):
         raise WeightUpdateError(
             f"{name}: lora_bias adapters are not supported by adapter updates; push merged weights"
+        )
+    if hasattr(module, "parameter_name"):  # PEFT's ParamWrapper: LoRA on a raw parameter, not a layer
+        raise WeightUpdateError(
+            f"{name}: LoRA on the parameter {module.parameter_name!r} (PEFT target_parameters, which "
+            '"all-linear" adds for stacked MoE experts) is not supported by adapter updates; leave it out '
+            "of the LoraConfig, or push merged weights (the TRL plugin: RolloutConfig(adapter_pushes=False))"
         )
     if not isinstance(module.lora_A[adapter], nn.Linear):
         raise WeightUpdateError(f"{name}: only linear LoRA layers are supported by adapter updates")

@@ -137,3 +137,11 @@ def test_an_adapter_update_under_keep_continues_running_samples_with_their_versi
     while engine.has_unfinished_requests():
         finished += engine.step()
     assert finished[0].outputs[0].weight_versions == [(0, 0), (2, 1)]
+
+
+def test_lora_on_moe_expert_parameters_is_refused_naming_the_module_before_anything_is_sent() -> None:
+    """PEFT's "all-linear" on a MoE with stacked experts (Qwen3-MoE, Qwen3-Next) also adapts the experts'
+    3-D parameters (its ParamWrapper): factors the server's per-module merge cannot apply."""
+    policy = peft_policy(arch="qwen3_moe")
+    with pytest.raises(WeightUpdateError, match=r"model\.layers\.0\.mlp\.experts: LoRA on the parameter"):
+        peft_update(policy)
