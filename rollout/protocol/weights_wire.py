@@ -54,7 +54,9 @@ def commit_options(
 
 def lora_targets_to_proto(lora: LoraTargets) -> list[weights_pb2.LoraTarget]:
     return [
-        weights_pb2.LoraTarget(module=module, scaling=t.scaling, fan_in_fan_out=t.fan_in_fan_out)
+        weights_pb2.LoraTarget(
+            module=module, scaling=t.scaling, fan_in_fan_out=t.fan_in_fan_out, parameter=t.parameter
+        )
         for module, t in lora.items()
     ]
 
@@ -65,7 +67,7 @@ def lora_targets(options: weights_pb2.CommitOptions) -> dict[str, LoraTarget] | 
     for t in options.lora_targets:
         if t.module in targets:
             raise ValueError(f"lora_targets: module {t.module!r} listed twice")
-        targets[t.module] = LoraTarget(t.scaling, t.fan_in_fan_out)
+        targets[t.module] = LoraTarget(t.scaling, t.fan_in_fan_out, t.parameter)
     return targets or None
 
 

@@ -1,4 +1,4 @@
-"""AdapterStore: the server's LoRA state, a copy of each adapted module's base weight.
+"""AdapterStore: the server's LoRA state, a copy of each adapted module's base weight (or parameter).
 
 An adapted module serves `base + scaling * B @ A` merged into its own parameter (same storage), so
 the engine runs the plain model: same kernels, CUDA graphs, self-check. The store keeps that
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rollout.weights.lora import LoraTargets, delta_weight, merged_weight, validate_update
+from rollout.weights.lora import LoraTargets, adapter_delta, merged_weight, target_weight, validate_update
 from rollout.weights.manifest import (
     Manifest,
     NamedTensors,
@@ -71,14 +71,16 @@ class AdapterStore:
         base_items = [(name, t) for name, t in items if name not in factors]
         pushed = {normalize_name(name): t for name, t in base_items}
         pairs = _pairs(items, factors)
-        tensors = [(name, t) for name, t in base_items if normalize_name(name) not in _weights(pairs)]
+        merged_names = {target_weight(module, lora[module]) for module in pairs}
+        tensors = [(name, t) for name, t in base_items if normalize_name(name) not in merged_names]
         bases = {}
         for module, (a, b) in pairs.items():
-            weight = f"{module}.weight"
+            weight = target_weight(module, lora[module])
             param = targets[weight]
             try:
                 base = self._base_of(weight, param, pushed.get(weight))
-                delta = local_shard(param, delta_weight(a, b, lora[module], base.device))  # full, then cut
+                full = adapter_delta(a, b, lora[module], param, base.device)
+                delta = local_shard(param, full)  # the full delta as one device computes it, then cut
                 merged = merged_weight(base, delta)
             except Exception as exc:  # named in a rank's vote (rollout/distributed/sharded_weights.py)
                 exc.add_note(f"while merging the LoRA adapter of {module}")
@@ -114,10 +116,6 @@ def _pairs(
             module, factor = factors[name]
             found.setdefault(module, {})[factor] = tensor
     return {module: (pair["A"], pair["B"]) for module, pair in found.items()}
-
-
-def _weights(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> set[str]:
-    return {f"{module}.weight" for module in pairs}
 
 
 def _check_finite(module: str, merged: torch.Tensor) -> None:

@@ -1,8 +1,9 @@
 """LoRA adapter updates: which tensors of an update are adapter factors, their check, PEFT's merge formula.
 
 An adapter update carries, per adapted module, `<module>.lora_A.weight` [r, in] and
-`<module>.lora_B.weight` [out, r] plus a `LoraTarget` (PEFT's scaling, the weight layout). The server
-serves `base + scaling * B @ A`, computed exactly as PEFT's `merge_and_unload` does, so an adapter
+`<module>.lora_B.weight` [out, r] plus a `LoraTarget` (PEFT's scaling, the weight layout); a raw
+parameter target (stacked MoE experts) is keyed by the parameter's own name (lora_parameters.py). The
+server serves `base + scaling * B @ A`, computed exactly as PEFT's `merge_and_unload` does, so an adapter
 push and a push of the PEFT-merged weights serve the same tensors (docs/weight_updates.md).
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rollout.weights.lora_parameters import check_parameter_factors, experts_delta
 from rollout.weights.manifest import (
     Manifest,
     TensorSpec,
@@ -30,17 +32,25 @@ _FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 @dataclass(frozen=True, slots=True)
 class LoraTarget:
     """How one module's adapter is merged: `scaling` (PEFT's lora_alpha / r, or / sqrt(r) with rsLoRA)
-    and `fan_in_fan_out` (the base weight is stored [in, out], as GPT-2's Conv1D does)."""
+    and `fan_in_fan_out` (the base weight is stored [in, out], as GPT-2's Conv1D does; for experts,
+    [experts, in, out]). `parameter`: the target is a raw parameter (PEFT's ParamWrapper), keyed by
+    the parameter's name (`...mlp.experts.gate_up_proj`) instead of its module's."""
 
     scaling: float
     fan_in_fan_out: bool = False
+    parameter: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.scaling, bool) or not math.isfinite(self.scaling):
             raise WeightUpdateError(f"LoRA scaling must be a finite number, got {self.scaling!r}")
 
 
-LoraTargets = Mapping[str, LoraTarget]  # module name (the HF model's, wrappers stripped) -> target
+LoraTargets = Mapping[str, LoraTarget]  # module (or parameter) name, the HF model's, wrappers stripped
+
+
+def target_weight(module: str, target: LoraTarget) -> str:
+    """The name of the weight an adapter merges into: the module's `.weight`, or the parameter itself."""
+    return module if target.parameter else f"{module}.weight"
 
 
 def adapter_factor(name: str) -> tuple[str, str] | None:
@@ -125,24 +135,44 @@ def _check_module(
         return [f"{module}: LoRA factors sent without a LoRA target (scaling) for the module"]
     if set(pair) != {"A", "B"}:
         return [f"{module}: lora_A and lora_B must both be sent (got only lora_{next(iter(pair))})"]
-    weight = targets.get(f"{module}.weight")
-    if weight is None or weight.dim() != 2:
-        return [f"{module}: no such linear module in the model (LoRA targets a 2-D `{module}.weight`)"]
     a, b = pair["A"], pair["B"]
-    out_features, in_features = weight.shape[::-1] if target.fan_in_fan_out else weight.shape
-    problems = []
-    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[0] != b.shape[1] or a.shape[0] < 1:
-        problems.append(
-            f"{module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} are not [r, in] and [out, r]"
-        )
-    elif a.shape[1] != in_features or b.shape[0] != out_features:
-        problems.append(
-            f"{module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} do not fit the weight "
-            f"[out={out_features}, in={in_features}] (expected lora_A [r, {in_features}], lora_B [{out_features}, r])"
-        )
+    weight = targets.get(target_weight(module, target))
+    if target.parameter:
+        problems = check_parameter_factors(module, a, b, weight, target.fan_in_fan_out)
+    else:
+        problems = _check_linear(module, a, b, weight, target)
     if a.dtype != b.dtype or a.dtype not in _FLOAT_DTYPES:
         problems.append(f"{module}: lora_A ({a.dtype}) and lora_B ({b.dtype}) must share one floating dtype")
     return problems
+
+
+def _check_linear(
+    module: str, a: TensorSpec, b: TensorSpec, weight: torch.Tensor | None, target: LoraTarget
+) -> list[str]:
+    if weight is None or weight.dim() != 2:
+        return [f"{module}: no such linear module in the model (LoRA targets a 2-D `{module}.weight`)"]
+    out_features, in_features = weight.shape[::-1] if target.fan_in_fan_out else weight.shape
+    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[0] != b.shape[1] or a.shape[0] < 1:
+        return [f"{module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} are not [r, in] and [out, r]"]
+    if a.shape[1] != in_features or b.shape[0] != out_features:
+        return [
+            f"{module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} do not fit the weight "
+            f"[out={out_features}, in={in_features}] (expected lora_A [r, {in_features}], lora_B [{out_features}, r])"
+        ]
+    return []
+
+
+def adapter_delta(
+    a: torch.Tensor, b: torch.Tensor, target: LoraTarget, weight: torch.Tensor, device: torch.device
+) -> torch.Tensor:
+    """The full delta PEFT merges into `weight` (the model's parameter, full shape): a module's
+    (`delta_weight`), or a parameter's, which PEFT's ParamWrapper casts to the weight's dtype first."""
+    if not target.parameter:
+        return delta_weight(a, b, target, device)
+    if weight.dim() == 2:
+        return delta_weight(a, b, target, device).to(weight.dtype)
+    delta = experts_delta(a.to(device), b.to(device), target.scaling, weight.shape, target.fan_in_fan_out)
+    return delta.to(weight.dtype)
 
 
 def delta_weight(a: torch.Tensor, b: torch.Tensor, target: LoraTarget, device: torch.device) -> torch.Tensor:

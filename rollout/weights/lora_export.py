@@ -1,6 +1,7 @@
 """What a push of a PEFT LoRA model sends: its adapter factors and scalings, or base weights too.
 
-`"adapter"` sends each LoRA layer's A and B (their scaling rides in the commit options) and every
+`"adapter"` sends each LoRA layer's A and B (their scaling rides in the commit options; LoRA on a raw
+parameter, such as stacked MoE experts, goes by the parameter's name) and every
 other trainable tensor (`modules_to_save` copies, trained biases) by its model name; `"full"` adds
 the frozen base weights, unmerged, so the server keeps them as the base its adapters merge into
 (the push after start-up or a server restart). Only torch and duck typing: PEFT itself is not imported.
@@ -32,18 +33,15 @@ def peft_update(
     if mode not in LORA_MODES:
         raise ValueError(f"lora must be one of {LORA_MODES}, got {mode!r}")
     adapter = _active_adapter(model)
-    targets, factors, adapted = {}, [], set()
+    targets, factors = {}, []
     for name, module in model.named_modules():
         if not hasattr(module, "lora_A") or adapter not in module.lora_A:
             continue
         hf_name = normalize_name(name + ".weight").removesuffix(".weight")
         _refuse_unsupported(hf_name, module, adapter)
-        targets[hf_name] = LoraTarget(
-            float(module.scaling[adapter]), bool(getattr(module, "fan_in_fan_out", False))
-        )
-        factors.append((f"{hf_name}.lora_A.weight", module.lora_A[adapter].weight.detach()))
-        factors.append((f"{hf_name}.lora_B.weight", module.lora_B[adapter].weight.detach()))
-        adapted.add(name)
+        key, targets[key] = _target(hf_name, module, adapter)
+        factors.append((f"{key}.lora_A.weight", module.lora_A[adapter].weight.detach()))
+        factors.append((f"{key}.lora_B.weight", module.lora_B[adapter].weight.detach()))
     if not targets:
         raise WeightUpdateError(f"the PEFT model has no LoRA layers for its active adapter {adapter!r}")
     return _other_tensors(model, adapter, mode) + factors, targets
@@ -84,14 +82,25 @@ def _refuse_unsupported(name: str, module: nn.Module, adapter: str) -> None:
         raise WeightUpdateError(
             f"{name}: lora_bias adapters are not supported by adapter updates; push merged weights"
         )
-    if hasattr(module, "parameter_name"):  # PEFT's ParamWrapper: LoRA on a raw parameter, not a layer
-        raise WeightUpdateError(
-            f"{name}: LoRA on the parameter {module.parameter_name!r} (PEFT target_parameters, which "
-            '"all-linear" adds for stacked MoE experts) is not supported by adapter updates; leave it out '
-            "of the LoraConfig, or push merged weights (the TRL plugin: RolloutConfig(adapter_pushes=False))"
-        )
     if not isinstance(module.lora_A[adapter], nn.Linear):
         raise WeightUpdateError(f"{name}: only linear LoRA layers are supported by adapter updates")
+
+
+def _target(name: str, module: nn.Module, adapter: str) -> tuple[str, LoraTarget]:
+    """(the key its factors go by, its LoraTarget): the module's name, or for PEFT's ParamWrapper
+    (LoRA on a raw parameter: stacked MoE experts, "all-linear" adds them) the parameter's name."""
+    scaling = float(module.scaling[adapter])
+    if not hasattr(module, "parameter_name"):
+        return name, LoraTarget(scaling, bool(getattr(module, "fan_in_fan_out", False)))
+    parameter = f"{name}.{module.parameter_name}"
+    if module.get_param().dim() != 3:
+        return parameter, LoraTarget(scaling, parameter=True)
+    swapped = getattr(module, "_did_swap_in_out_features", None)  # what PEFT's delta reads: [e, out, in]
+    if not isinstance(swapped, bool):
+        raise WeightUpdateError(
+            f"{parameter}: this PEFT version's ParamWrapper does not say its experts' layout; push merged weights"
+        )
+    return parameter, LoraTarget(scaling, fan_in_fan_out=not swapped, parameter=True)
 
 
 def _other_tensors(model: nn.Module, adapter: str, mode: str) -> list[tuple[str, object]]:

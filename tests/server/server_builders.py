@@ -16,10 +16,12 @@ from rollout.server.engine_loop import EngineLoop
 from tests.builders import tiny_model
 
 
-def make_engine(seed: int = 0, tokenizer: object | None = None, **config: object) -> LLMEngine:
+def make_engine(
+    seed: int = 0, tokenizer: object | None = None, arch: str = "llama", **config: object
+) -> LLMEngine:
     config.setdefault("num_blocks", 256)
     config.setdefault("max_num_seqs", 64)
-    return LLMEngine(tiny_model("llama", seed), tokenizer, EngineConfig(**config))
+    return LLMEngine(tiny_model(arch, seed), tokenizer, EngineConfig(**config))
 
 
 def slow_steps(engine: LLMEngine, delay: float = 0.01) -> dict[str, list[CompletionOutput]]:

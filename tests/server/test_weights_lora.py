@@ -68,6 +68,28 @@ def test_an_adapter_push_retried_with_its_version_or_its_id_applies_once() -> No
         assert_same_outputs(outputs(client), merged_reference(set_adapter(policy, 1)))
 
 
+def test_an_expert_adapter_push_over_grpc_serves_what_a_merged_push_serves_and_a_retry_applies_once() -> None:
+    """LoRA on stacked MoE experts (parameter targets: the flag travels in CommitOptions.lora_targets)."""
+    policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
+    with weight_server(seed=0, arch="qwen3_moe") as server, client_for(server) as client:
+        assert client.update_weights(policy, version=3) == 3
+        assert client.update_weights(policy, version=3) == 3  # same adapter, same version: a retry
+        assert client.update_weights(set_adapter(policy, 2), version=4) == 4
+        assert_same_outputs(outputs(client), merged_reference(policy, arch="qwen3_moe"))
+
+
+def test_a_bad_expert_adapter_shape_is_invalid_argument_naming_the_parameter() -> None:
+    bad = "model.layers.1.mlp.experts.gate_up_proj"
+    with weight_server(seed=0, arch="qwen3_moe") as server, client_for(server) as client:
+        named, targets = peft_update(peft_policy(arch="qwen3_moe", adapter_seed=1))
+        named = [(n, t[:-1] if n == f"{bad}.lora_B.weight" else t) for n, t in named]
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(named, lora=targets)
+        why = info.value.failures[server.address]
+        assert why.startswith("INVALID_ARGUMENT") and f"{bad}: lora_A" in why
+        assert server.loop.engine.weight_version == 0
+
+
 @pytest.mark.slow
 def test_an_adapter_push_over_the_distributed_transport_serves_the_merged_weights() -> None:
     policy = peft_policy(adapter_seed=1)

@@ -45,9 +45,11 @@ def outputs(llm_or_client) -> tuple[list[list[int]], list[list[float]]]:
     return [o.outputs[0].token_ids for o in outs], [o.outputs[0].logprobs for o in outs]
 
 
-def merged_reference(model: PeftModel, server_seed: int = 0) -> tuple[list[list[int]], list[list[float]]]:
+def merged_reference(
+    model: PeftModel, server_seed: int = 0, arch: str = "llama"
+) -> tuple[list[list[int]], list[list[float]]]:
     """Outputs of a server (model seed `server_seed`) after a full push of `model`'s merged weights."""
-    llm = tiny_llm(seed=server_seed)
+    llm = tiny_llm(arch, seed=server_seed)
     llm.update_weights(merged_state(model))
     return outputs(llm)
 

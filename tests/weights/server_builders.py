@@ -17,12 +17,12 @@ PROMPTS = random_prompts(3, 20, 40, seed=5)
 
 @contextmanager
 def weight_server(
-    seed: int = 0, idle_timeout_s: float | None = None, **config: object
+    seed: int = 0, idle_timeout_s: float | None = None, arch: str = "llama", **config: object
 ) -> Iterator[RolloutServer]:
-    """A started server over a tiny engine (model seed `seed`) with the WeightSyncService."""
+    """A started server over a tiny engine (`arch`, model seed `seed`) with the WeightSyncService."""
     hook = register_weight_sync if idle_timeout_s is None else weight_sync_hook(idle_timeout_s)
     hooks = dict(extra_servicers=[hook], extra_service_names=[SERVICE_NAME])
-    with serving(make_engine(seed, **config), **hooks) as server:
+    with serving(make_engine(seed, arch=arch, **config), **hooks) as server:
         yield server
 
 

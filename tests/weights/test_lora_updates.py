@@ -16,12 +16,14 @@ from tests.weights.lora_builders import (
     GREEDY_LOGPROBS,
     assert_same_outputs,
     merged_reference,
+    merged_state,
     outputs,
     peft_policy,
     set_adapter,
 )
 
 Q_PROJ = "model.layers.0.self_attn.q_proj"
+EXPERTS = "model.layers.0.mlp.experts"
 
 
 def weights(llm) -> dict[str, torch.Tensor]:
@@ -139,9 +141,76 @@ def test_an_adapter_update_under_keep_continues_running_samples_with_their_versi
     assert finished[0].outputs[0].weight_versions == [(0, 0), (2, 1)]
 
 
-def test_lora_on_moe_expert_parameters_is_refused_naming_the_module_before_anything_is_sent() -> None:
-    """PEFT's "all-linear" on a MoE with stacked experts (Qwen3-MoE, Qwen3-Next) also adapts the experts'
-    3-D parameters (its ParamWrapper): factors the server's per-module merge cannot apply."""
-    policy = peft_policy(arch="qwen3_moe")
-    with pytest.raises(WeightUpdateError, match=r"model\.layers\.0\.mlp\.experts: LoRA on the parameter"):
-        peft_update(policy)
+def test_an_expert_adapter_push_names_each_stacked_parameter_once() -> None:
+    """PEFT's "all-linear" on a MoE with stacked experts (Qwen3-MoE, Mixtral, Qwen3-Next) adapts the
+    experts' 3-D parameters (its ParamWrapper, two nested on one module): factors go by the parameter."""
+    named, targets = peft_update(peft_policy(arch="qwen3_moe"))
+    names = [name for name, _ in named]
+    assert len(names) == len(set(names)) == 2 * len(targets)
+    assert targets[f"{EXPERTS}.gate_up_proj"] == LoraTarget(2.0, parameter=True)
+    assert f"{EXPERTS}.down_proj.lora_A.weight" in names
+    assert targets["model.layers.0.mlp.gate.weight"].parameter  # the router's 2-D weight
+
+
+def test_an_expert_adapter_push_serves_bit_for_bit_the_peft_merged_weights() -> None:
+    policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
+    llm = tiny_llm("qwen3_moe", seed=0)
+    assert llm.update_weights(policy) == 1
+    assert f"{EXPERTS}.gate_up_proj" in llm.engine.adapters.adapted
+    merged = merged_state(policy)
+    assert all(torch.equal(t, merged[n]) for n, t in weights(llm).items())
+    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe"))
+
+
+def test_each_expert_adapter_push_merges_into_the_base_not_into_the_previous_merge() -> None:
+    policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
+    llm = tiny_llm("qwen3_moe", seed=0)
+    for seed in (2, 3):
+        llm.update_weights(set_adapter(policy, seed))
+    merged = merged_state(policy)
+    assert all(torch.equal(t, merged[n]) for n, t in weights(llm).items())
+    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe"))
+
+
+def test_a_full_push_of_a_moe_policy_sets_the_experts_base_and_their_adapter() -> None:
+    policy = peft_policy(arch="qwen3_moe", base_seed=1, adapter_seed=2)
+    llm = tiny_llm("qwen3_moe", seed=0)  # another base: only the full push brings the policy's
+    llm.update_weights(policy, lora="full")
+    llm.update_weights(set_adapter(policy, 3))
+    merged = merged_state(policy)
+    assert all(torch.equal(t, merged[n]) for n, t in weights(llm).items())
+
+
+def test_a_base_push_after_expert_adapter_pushes_serves_the_pushed_weights_then_adapts_them() -> None:
+    llm = tiny_llm("qwen3_moe", seed=0)
+    llm.update_weights(peft_policy(arch="qwen3_moe", adapter_seed=1))
+    llm.update_weights(tiny_model("qwen3_moe", seed=2).state_dict())
+    assert llm.engine.adapters.adapted == []
+    assert_same_outputs(outputs(llm), outputs(tiny_llm("qwen3_moe", seed=2)), tolerance=0.0)
+    policy = peft_policy(arch="qwen3_moe", base_seed=2, adapter_seed=3)
+    llm.update_weights(policy)
+    assert_same_outputs(outputs(llm), merged_reference(policy, server_seed=2, arch="qwen3_moe"))
+
+
+def test_a_bad_expert_adapter_shape_is_refused_naming_the_parameter_and_nothing_changes() -> None:
+    llm = tiny_llm("qwen3_moe", seed=0)
+    llm.update_weights(peft_policy(arch="qwen3_moe", adapter_seed=1))
+    before, adapted = weights(llm), llm.engine.adapters.adapted
+    named, targets = peft_update(peft_policy(arch="qwen3_moe", adapter_seed=2))
+    bad = f"{EXPERTS}.down_proj"
+    named = [(n, t[:-1] if n == f"{bad}.lora_A.weight" else t) for n, t in named]  # 15 rows, 4 experts
+    with pytest.raises(WeightUpdateError, match=rf"{bad}: lora_A \[15, 32\].*experts=4") as info:
+        llm.update_weights(named, lora=targets)
+    assert "gate_up_proj" not in str(info.value) and "layers.1" not in str(info.value)
+    assert llm.weight_version == 1 and llm.engine.adapters.adapted == adapted
+    assert all(torch.equal(t, before[n]) for n, t in weights(llm).items())
+
+
+def test_an_expert_adapter_for_a_module_instead_of_its_parameter_is_refused() -> None:
+    """A parameter target names the parameter: factors keyed by the experts module fit no weight."""
+    llm = tiny_llm("qwen3_moe", seed=0)
+    named, targets = peft_update(peft_policy(arch="qwen3_moe"))
+    wrong = {k: LoraTarget(t.scaling) if k == f"{EXPERTS}.down_proj" else t for k, t in targets.items()}
+    with pytest.raises(WeightUpdateError, match=rf"{EXPERTS}.down_proj: no such linear module"):
+        llm.update_weights(named, lora=wrong)
+    assert llm.weight_version == 0

@@ -60,14 +60,16 @@ class CommitOptions(_message.Message):
     def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ..., lora_targets: _Optional[_Iterable[_Union[LoraTarget, _Mapping]]] = ...) -> None: ...
 
 class LoraTarget(_message.Message):
-    __slots__ = ("module", "scaling", "fan_in_fan_out")
+    __slots__ = ("module", "scaling", "fan_in_fan_out", "parameter")
     MODULE_FIELD_NUMBER: _ClassVar[int]
     SCALING_FIELD_NUMBER: _ClassVar[int]
     FAN_IN_FAN_OUT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_FIELD_NUMBER: _ClassVar[int]
     module: str
     scaling: float
     fan_in_fan_out: bool
-    def __init__(self, module: _Optional[str] = ..., scaling: _Optional[float] = ..., fan_in_fan_out: _Optional[bool] = ...) -> None: ...
+    parameter: bool
+    def __init__(self, module: _Optional[str] = ..., scaling: _Optional[float] = ..., fan_in_fan_out: _Optional[bool] = ..., parameter: _Optional[bool] = ...) -> None: ...
 
 class WeightUpdateHeader(_message.Message):
     __slots__ = ("manifest", "options")
