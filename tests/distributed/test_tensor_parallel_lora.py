@@ -46,6 +46,25 @@ def test_an_adapter_push_serves_bit_for_bit_what_a_merged_push_serves_on_two_ran
         tp.engine.shutdown()
 
 
+def test_an_expert_adapter_push_serves_bit_for_bit_what_a_merged_push_serves_on_two_ranks(
+    tmp_path: Path,
+) -> None:
+    """LoRA on stacked MoE experts, which the plan shards (gate_up_proj strided column shards, down_proj
+    row shards): each rank adds its slice of the full delta, as for a linear module."""
+    policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
+    tp = tp_llm(saved_model(tmp_path / "qwen3_moe", "qwen3_moe", seed=0))
+    try:
+        assert tp.update_weights(policy) == 1
+        assert "model.layers.0.mlp.experts.gate_up_proj" in tp.engine.adapters.adapted
+        adapted, adapted_shards = outputs(tp), rank0_shards(tp)
+        assert_same_outputs(adapted, merged_reference(policy, arch="qwen3_moe"))
+        assert tp.update_weights(merged_state(policy)) == 2
+        assert_same_outputs(adapted, outputs(tp), tolerance=0.0)
+        assert all(torch.equal(t, adapted_shards[name]) for name, t in rank0_shards(tp).items())
+    finally:
+        tp.engine.shutdown()
+
+
 def test_the_kept_bases_follow_every_kind_of_push_on_every_rank(tmp_path: Path) -> None:
     """Adapters merge into the base, not the previous merge; a plain push of the weights ends them
     (a rank still keeping the old base would merge the next adapter into it); `lora="full"` sets the
