@@ -3,15 +3,21 @@ weights serves, merge into the kept base each time, and refuse or roll back with
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
+from transformers import PreTrainedModel
 
 from rollout.engine.model import checked_update
 from rollout.engine.model.model_guard import UnsupportedModelError
+from rollout.weights.adapter_store import AdapterStore
 from rollout.weights.lora import LoraTarget
 from rollout.weights.lora_export import peft_update
 from rollout.weights.manifest import WeightUpdateError
 from tests.builders import tiny_llm, tiny_model
+from tests.models import zoo
 from tests.weights.lora_builders import (
     GREEDY_LOGPROBS,
     assert_same_outputs,
@@ -24,6 +30,12 @@ from tests.weights.lora_builders import (
 
 Q_PROJ = "model.layers.0.self_attn.q_proj"
 EXPERTS = "model.layers.0.mlp.experts"
+
+
+def expert_model(model_type: str) -> PreTrainedModel:
+    if model_type == "qwen3_moe":
+        return tiny_model("qwen3_moe")
+    return zoo.build(next(f for f in zoo.SUPPORTED if f.model_type == model_type))
 
 
 def weights(llm) -> dict[str, torch.Tensor]:
@@ -190,6 +202,27 @@ def test_a_base_push_after_expert_adapter_pushes_serves_the_pushed_weights_then_
     policy = peft_policy(arch="qwen3_moe", base_seed=2, adapter_seed=3)
     llm.update_weights(policy)
     assert_same_outputs(outputs(llm), merged_reference(policy, server_seed=2, arch="qwen3_moe"))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "dtype", "lora"),
+    [
+        ("qwen3_moe", torch.bfloat16, {}),  # PEFT keeps the factors in fp32 over bf16 experts
+        ("gpt_oss", torch.float32, {"target_parameters": ["gate_up_proj", "down_proj"]}),  # [e, in, out]
+    ],
+)
+def test_an_expert_adapter_merges_as_peft_merges_in_every_dtype_and_layout(
+    model_type: str, dtype: torch.dtype, lora: dict
+) -> None:
+    model = expert_model(model_type).to(dtype)
+    served = copy.deepcopy(model)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", **lora)
+    policy = set_adapter(get_peft_model(model, config), 1)
+    named, targets = peft_update(policy)
+    assert any(t.parameter and t.fan_in_fan_out == (model_type == "gpt_oss") for t in targets.values())
+    plan = AdapterStore().plan(served, named, targets)
+    merged = merged_state(policy)
+    assert all(torch.equal(t, merged[name]) for name, t in plan.tensors)
 
 
 def test_a_bad_expert_adapter_shape_is_refused_naming_the_parameter_and_nothing_changes() -> None:
