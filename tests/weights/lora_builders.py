@@ -46,10 +46,11 @@ def outputs(llm_or_client) -> tuple[list[list[int]], list[list[float]]]:
 
 
 def merged_reference(
-    model: PeftModel, server_seed: int = 0, arch: str = "llama"
+    model: PeftModel, server_seed: int = 0, arch: str = "llama", **config: object
 ) -> tuple[list[list[int]], list[list[float]]]:
-    """Outputs of a server (model seed `server_seed`) after a full push of `model`'s merged weights."""
-    llm = tiny_llm(arch, seed=server_seed)
+    """Outputs of a server (model seed `server_seed`, EngineConfig `config`) after a full push of
+    `model`'s merged weights."""
+    llm = tiny_llm(arch, seed=server_seed, **config)
     llm.update_weights(merged_state(model))
     return outputs(llm)
 

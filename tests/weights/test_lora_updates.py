@@ -30,6 +30,7 @@ from tests.weights.lora_builders import (
 
 Q_PROJ = "model.layers.0.self_attn.q_proj"
 EXPERTS = "model.layers.0.mlp.experts"
+# Tests comparing served weights with PEFT's CPU merge bit for bit serve on the CPU too (same kernels).
 
 
 def expert_model(model_type: str) -> PreTrainedModel:
@@ -166,27 +167,27 @@ def test_an_expert_adapter_push_names_each_stacked_parameter_once() -> None:
 
 def test_an_expert_adapter_push_serves_bit_for_bit_the_peft_merged_weights() -> None:
     policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
-    llm = tiny_llm("qwen3_moe", seed=0)
+    llm = tiny_llm("qwen3_moe", seed=0, device="cpu")
     assert llm.update_weights(policy) == 1
     assert f"{EXPERTS}.gate_up_proj" in llm.engine.adapters.adapted
     merged = merged_state(policy)
     assert all(torch.equal(t, merged[n]) for n, t in weights(llm).items())
-    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe"))
+    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe", device="cpu"))
 
 
 def test_each_expert_adapter_push_merges_into_the_base_not_into_the_previous_merge() -> None:
     policy = peft_policy(arch="qwen3_moe", adapter_seed=1)
-    llm = tiny_llm("qwen3_moe", seed=0)
+    llm = tiny_llm("qwen3_moe", seed=0, device="cpu")
     for seed in (2, 3):
         llm.update_weights(set_adapter(policy, seed))
     merged = merged_state(policy)
     assert all(torch.equal(t, merged[n]) for n, t in weights(llm).items())
-    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe"))
+    assert_same_outputs(outputs(llm), merged_reference(policy, arch="qwen3_moe", device="cpu"))
 
 
 def test_a_full_push_of_a_moe_policy_sets_the_experts_base_and_their_adapter() -> None:
     policy = peft_policy(arch="qwen3_moe", base_seed=1, adapter_seed=2)
-    llm = tiny_llm("qwen3_moe", seed=0)  # another base: only the full push brings the policy's
+    llm = tiny_llm("qwen3_moe", seed=0, device="cpu")  # another base: only the full push brings the policy's
     llm.update_weights(policy, lora="full")
     llm.update_weights(set_adapter(policy, 3))
     merged = merged_state(policy)
