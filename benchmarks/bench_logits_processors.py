@@ -10,7 +10,8 @@ an empty distribution. Also counts the torch ops of a step (on a GPU, about one 
 --sampling sets every row's other settings: temperature 1 (plain); at temperature 0.8, top-k with
 min-p (their masks), top-p (a sort of the vocabulary), or raw logprobs (a second log-softmax).
 --repetition-penalty adds that penalty to the processed rows. As in the engine, each row has its own
-token list (distinct ids: the most the penalties can count), which grows by one token after each step;
+token list (distinct ids: the most the penalties can count), which grows by one token after each step,
+and rows with penalties keep their token counts (token_counts.py) from step to step;
 the step's processor batch is also timed alone (host work: building it from the rows' tokens).
 """
 
@@ -26,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rollout.engine.sample.empty_rows import guard_empty_rows
 from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.sampling_params import SamplingParams
 
 PROCESSORS = dict(
@@ -57,15 +59,14 @@ def rows_of(
     special = SamplingParams(
         seed=0, logprobs=0, **SAMPLING[sampling], **PROCESSORS, repetition_penalty=repetition_penalty
     )
-    return [
-        SampleRow(
-            special if i < with_processors else base,
-            i,
-            list(range(100, 100 + prompt_len + output_len)),
-            prompt_len,
+    rows = []
+    for i in range(num_rows):
+        params = special if i < with_processors else base
+        counts = TokenCounts() if needs_token_counts(params) else None  # kept across steps, as a sequence's
+        rows.append(
+            SampleRow(params, i, list(range(100, 100 + prompt_len + output_len)), prompt_len, None, counts)
         )
-        for i in range(num_rows)
-    ]
+    return rows
 
 
 def grow(rows: list[SampleRow]) -> None:

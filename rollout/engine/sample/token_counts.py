@@ -8,6 +8,7 @@ object, shorter than counted, or split at another prompt length is counted again
 from __future__ import annotations
 
 import array
+from collections import Counter
 
 from rollout.sampling_params import SamplingParams
 
@@ -57,13 +58,21 @@ class TokenCounts:
 
     def _count_seen(self, new: list[int]) -> None:
         seen = self._seen
-        fresh = [token for token in dict.fromkeys(new) if token not in seen]
+        fresh = (
+            [token for token in dict.fromkeys(new) if token not in seen] if seen else list(dict.fromkeys(new))
+        )
         seen.update(fresh)
         self.seen_ids.extend(fresh)
 
     def _count_output(self, new: list[int]) -> None:
         at, ids, counts = self._output_at, self.output_ids, self.output_counts
-        for token in new:
+        if not at:  # the first output tokens (a resumed partial's, say): counted in C
+            occurrences = Counter(new)  # insertion-ordered: first seen first
+            at.update(zip(occurrences, range(len(occurrences)), strict=True))
+            ids.extend(occurrences.keys())
+            counts.extend(occurrences.values())
+            return
+        for token in new:  # a step's one new token
             i = at.get(token)
             if i is None:
                 at[token] = len(ids)
