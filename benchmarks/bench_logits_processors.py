@@ -1,7 +1,7 @@
 """Sampler cost per step at 256 rows, with and without vLLM's logits processors (not a test).
 
     python benchmarks/bench_logits_processors.py [--vocab 151936] [--rows 256] [--output-len 100]
-        [--sampling plain|top-k-min-p|top-p|raw]
+        [--prompt-len 64] [--repetition-penalty 1.0] [--sampling plain|top-k-min-p|top-p|raw]
 
 Rows without processors take the fast path (two attribute checks per row, and three for the
 empty-row check: rollout/engine/sample/empty_rows.py); rows with them are processed as one batch
@@ -9,18 +9,25 @@ empty-row check: rollout/engine/sample/empty_rows.py); rows with them are proces
 an empty distribution. Also counts the torch ops of a step (on a GPU, about one launch each).
 --sampling sets every row's other settings: temperature 1 (plain); at temperature 0.8, top-k with
 min-p (their masks), top-p (a sort of the vocabulary), or raw logprobs (a second log-softmax).
+--repetition-penalty adds that penalty to the processed rows. As in the engine, each row has its own
+token list (distinct ids: the most the penalties can count), which grows by one token after each step,
+and rows with penalties keep their token counts (token_counts.py) from step to step;
+the step's processor batch is also timed alone (host work: building it from the rows' tokens).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rollout.engine.sample.empty_rows import guard_empty_rows
+from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.sampling_params import SamplingParams
 
 PROCESSORS = dict(
@@ -40,20 +47,42 @@ SAMPLING = {
 }
 
 
-def rows_of(num_rows: int, with_processors: int, output_len: int, sampling: str = "plain") -> list[SampleRow]:
+def rows_of(
+    num_rows: int,
+    with_processors: int,
+    output_len: int,
+    sampling: str = "plain",
+    prompt_len: int = 64,
+    repetition_penalty: float = 1.0,
+) -> list[SampleRow]:
     base = SamplingParams(seed=0, logprobs=0, **SAMPLING[sampling])
-    special = SamplingParams(seed=0, logprobs=0, **SAMPLING[sampling], **PROCESSORS)
-    seen = list(range(100, 100 + 64 + output_len))
-    return [SampleRow(special if i < with_processors else base, i, seen, 64) for i in range(num_rows)]
+    special = SamplingParams(
+        seed=0, logprobs=0, **SAMPLING[sampling], **PROCESSORS, repetition_penalty=repetition_penalty
+    )
+    rows = []
+    for i in range(num_rows):
+        params = special if i < with_processors else base
+        counts = TokenCounts() if needs_token_counts(params) else None  # kept across steps, as a sequence's
+        rows.append(
+            SampleRow(params, i, list(range(100, 100 + prompt_len + output_len)), prompt_len, None, counts)
+        )
+    return rows
 
 
-def time_step(sampler: Sampler, logits: torch.Tensor, rows: list[SampleRow], repeats: int) -> float:
-    """The best of `repeats` steps, in ms (the least disturbed by other processes)."""
-    sampler(logits, rows)  # warm-up
+def grow(rows: list[SampleRow]) -> None:
+    """Each row's next token, as the engine appends it after a step (a new id)."""
+    for row in rows:
+        row.seen_token_ids.append(100 + len(row.seen_token_ids))
+
+
+def time_step(step: Callable[[list[SampleRow]], object], rows: list[SampleRow], repeats: int) -> float:
+    """The best of `repeats` steps, in ms (the least disturbed by other processes); rows grow between."""
+    step(rows)  # warm-up
     best = float("inf")
     for _ in range(repeats):
+        grow(rows)
         start = time.perf_counter()
-        sampler(logits, rows)
+        step(rows)
         best = min(best, time.perf_counter() - start)
     return best * 1e3
 
@@ -97,18 +126,25 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--output-len", type=int, default=100, help="output tokens per row so far")
+    parser.add_argument("--prompt-len", type=int, default=64, help="prompt tokens per row")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="on the processed rows")
     parser.add_argument("--sampling", choices=SAMPLING, default="plain", help="every row's other settings")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     logits = torch.randn(args.rows, args.vocab, device=args.device)
-    sampler = Sampler(seed=0, eos_token_ids=frozenset({2}))
+    eos = frozenset({2})
+    sampler = Sampler(seed=0, eos_token_ids=eos)
     for label, count in (("none", 0), ("1 row", 1), ("all rows", args.rows)):
-        rows = rows_of(args.rows, count, args.output_len, args.sampling)
-        ms = time_step(sampler, logits, rows, args.repeats)
+        rows = rows_of(
+            args.rows, count, args.output_len, args.sampling, args.prompt_len, args.repetition_penalty
+        )
+        ms = time_step(lambda r: sampler(logits, r), rows, args.repeats)
+        build_ms = time_step(lambda r: processor_batch(r, args.vocab, eos, logits.device), rows, args.repeats)
         ops = ops_per_step(sampler, logits, rows)
         print(
-            f"{args.device} vocab {args.vocab} rows {args.rows} output {args.output_len} {args.sampling}, "
-            f"processors on {label}: {ms:.2f} ms/step, {ops} torch ops/step"
+            f"{args.device} vocab {args.vocab} rows {args.rows} prompt {args.prompt_len} output "
+            f"{args.output_len} {args.sampling} repetition {args.repetition_penalty}, processors on "
+            f"{label}: {ms:.2f} ms/step (building the batch {build_ms:.2f}), {ops} torch ops/step"
         )
     check, empty_check = fast_path_check_us(rows_of(args.rows, 0, 100))
     print(f"fast-path check for {args.rows} rows without processors: {check:.0f} us/step")

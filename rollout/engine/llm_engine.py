@@ -32,6 +32,7 @@ from rollout.engine.runner import Runner, RunnerFactory, single_device
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.engine.sample.empty_rows import log_no_token
 from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.token_stream import TokenDelta, latest_token
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
@@ -299,7 +300,14 @@ class LLMEngine:
             parents = [r for r, group in enumerate(groups) for _ in group]
             logits = logits.index_select(0, to_device(parents, torch.int64, logits.device))
         rows = [
-            SampleRow(seq.request.params, seq.sample_index, seq.token_ids, seq.num_prompt_tokens, seq.grammar)
+            SampleRow(
+                seq.request.params,
+                seq.sample_index,
+                seq.token_ids,
+                seq.num_prompt_tokens,
+                seq.grammar,
+                seq.token_counts,
+            )
             for seq in seqs
         ]
         out = self.sampler(logits, rows)
@@ -402,7 +410,10 @@ class LLMEngine:
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
         prompt = request.prompt_token_ids
-        return Sequence(next(self._seq_ids), request, list(prompt), len(prompt), sample_index)
+        counts = TokenCounts() if needs_token_counts(request.params) else None  # counted at its first sample
+        return Sequence(
+            next(self._seq_ids), request, list(prompt), len(prompt), sample_index, token_counts=counts
+        )
 
     # ---- weights and cache ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from rollout.detokenize.sample_text import SampleText
+    from rollout.engine.sample.token_counts import TokenCounts
     from rollout.structured.grammar_state import GrammarState
 
 
@@ -84,6 +85,8 @@ class Sequence:
     kv_version: int | None = None
     # With structured_outputs: where this sample is in its grammar (rollout/structured/grammar_state.py).
     grammar: GrammarState | None = None
+    # With a repetition, frequency or presence penalty: token_ids' counts, kept across steps (token_counts.py).
+    token_counts: TokenCounts | None = None
 
     @property
     def num_tokens(self) -> int:

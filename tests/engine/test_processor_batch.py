@@ -1,6 +1,6 @@
 """The batched logits processors (rollout/engine/sample/processor_batch.py) equal the row-by-row ones they
-replaced (tests/engine/per_row_processors.py) bit for bit, run a fixed number of ops whatever the number
-of rows, and never write the caller's logits: property-based."""
+replaced (tests/engine/per_row_processors.py) bit for bit, with token counts kept across steps too, run a
+fixed number of ops whatever the number of rows, and never write the caller's logits: property-based."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rollout import SamplingParams
 from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampler import Sampler, SampleRow
+from rollout.engine.sample.token_counts import TokenCounts
 from tests.engine.per_row_processors import per_row_processed
 
 VOCAB = 48
@@ -79,6 +80,38 @@ def test_the_batched_processors_equal_the_row_by_row_ones_bit_for_bit(data: st.D
     logits = data.draw(logits_for(len(rows)))
     expected = per_row_processed(logits, rows, EOS_IDS)
     assert torch.equal(bits(batched(logits, rows)), bits(expected))
+
+
+# What happens to a sequence's tokens between two steps: the engine's append, resume_into's extend, and
+# a shrink of the output (the engine never samples such a list: the kept counts must start again).
+EDITS = st.one_of(
+    st.tuples(st.just("extend"), st.lists(TOKENS, min_size=1, max_size=1)),
+    st.tuples(st.just("extend"), st.lists(TOKENS, min_size=2, max_size=8)),
+    st.tuples(st.just("shrink"), st.integers(1, 6)),
+)
+
+
+def edit(row: SampleRow, change: tuple[str, object]) -> None:
+    kind, arg = change
+    if kind == "extend":
+        row.seen_token_ids.extend(arg)
+    else:
+        del row.seen_token_ids[max(row.num_prompt_tokens, len(row.seen_token_ids) - arg) :]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_counts_kept_across_steps_give_the_row_by_row_processors_bits_at_every_step(
+    data: st.DataObject,
+) -> None:
+    rows = data.draw(st.lists(sample_rows(), min_size=1, max_size=4))
+    for row in rows:
+        row.token_counts = TokenCounts()  # as the engine's sequences keep them
+    for step in range(data.draw(st.integers(2, 6))):
+        for row in rows if step else ():
+            edit(row, data.draw(EDITS))
+        logits = data.draw(logits_for(len(rows)))
+        assert torch.equal(bits(batched(logits, rows)), bits(per_row_processed(logits, rows, EOS_IDS)))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -2,6 +2,8 @@
 max_tokens counts its tokens, cached blocks of the current version are reused, and a bad partial is
 refused before anything is queued."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -13,6 +15,8 @@ from tests.engine.in_flight_builders import output_len, step_until
 PARAMS = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logprobs=0, n=2)
 # Seeded noise is a function of (seed, sample index, position) (sampling_noise.py): resume is exact too.
 SEEDED = SamplingParams(temperature=1.0, top_k=20, seed=7, max_tokens=20, ignore_eos=True, logprobs=0, n=2)
+# The penalties count the partial's tokens as output (the sequence's kept counts: token_counts.py).
+PENALIZED = replace(SEEDED, repetition_penalty=1.5, frequency_penalty=0.5, presence_penalty=-0.4)
 
 
 def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None = None, params=PARAMS):
@@ -30,7 +34,7 @@ def aborted_after(llm, prompt: list[int], num_tokens: int, in_flight: str | None
     return out
 
 
-@pytest.mark.parametrize("params", [PARAMS, SEEDED], ids=["greedy", "seeded"])
+@pytest.mark.parametrize("params", [PARAMS, SEEDED, PENALIZED], ids=["greedy", "seeded", "penalized"])
 def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run(params) -> None:
     prompt = random_prompts(1, 20, 20, seed=1)[0]
     llm = tiny_llm(seed=0, block_size=16)

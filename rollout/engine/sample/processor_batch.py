@@ -5,6 +5,7 @@ the logits it touches and the value it adds or writes there; the device then run
 ops whatever the number of rows (on a GPU a fixed number of launches and copies, no host sync), as
 vLLM v1 batches its processors. Each logit goes through the same fp32 (fp64 for the repetition
 penalty) operations a row-by-row loop does, in the same order, so the result is the same bit for bit.
+The penalties read each row's token counts (token_counts.py), which a sequence keeps from step to step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from itertools import chain
 import torch
 
 from rollout.engine.sample.logits_processors import banned_token_ids
+from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 
 _NEG_INF = float("-inf")
 _FP32_MAX = torch.finfo(torch.float32).max
@@ -31,7 +33,7 @@ class ProcessorBatch:
 
     bias_at: torch.Tensor | None = None  # [B] int64: logit_bias ids (a dict's keys: unique per row)
     bias: torch.Tensor | None = None  # [B] fp32
-    repeated_at: torch.Tensor | None = None  # [P] int64: prompt and output tokens; repeats write equal values
+    repeated_at: torch.Tensor | None = None  # [P] int64: each row's distinct prompt and output tokens
     repetition_penalty: torch.Tensor | None = None  # [P] fp64
     output_at: torch.Tensor | None = None  # [Q] int64: distinct output tokens of penalized rows
     minus_frequency: torch.Tensor | None = None  # [Q] fp32: -(frequency_penalty * count)
@@ -67,10 +69,11 @@ def processor_batch(
     """The step's processors on `device`; None when no row asks for one (nothing to copy or run)."""
     if not any(row.params.processes_logits or row.params.repetition_penalty != 1.0 for row in rows):
         return None
+    counts = _token_counts(rows)
     host = {
         **_bias(rows, vocab),
-        **_repetition(rows, vocab),
-        **_frequency_presence(rows, vocab),
+        **_repetition(rows, counts, vocab),
+        **_frequency_presence(rows, counts, vocab),
         **_bans(rows, vocab, eos_token_ids),
         **_allowed(rows, vocab),
     }
@@ -87,11 +90,24 @@ def _bias(rows: list, vocab: int) -> dict[str, torch.Tensor]:
     return {"bias_at": _flat_index(biased, vocab), "bias": torch.tensor(values, dtype=torch.float32)}
 
 
-def _repetition(rows: list, vocab: int) -> dict[str, torch.Tensor]:
-    penalized = [
-        (i, row.seen_token_ids)
+def _token_counts(rows: list) -> dict[int, TokenCounts]:
+    """The penalized rows' counts, brought up to date: the sequence's own, kept from step to step, where
+    the row carries them (only the new tokens are counted), else counted from scratch."""
+    return {
+        i: (row.token_counts if row.token_counts is not None else TokenCounts()).update(
+            row.seen_token_ids, row.num_prompt_tokens
+        )
         for i, row in enumerate(rows)
-        if row.params.repetition_penalty != 1.0 and row.seen_token_ids
+        if needs_token_counts(row.params)
+    }
+
+
+def _repetition(rows: list, counts: dict[int, TokenCounts], vocab: int) -> dict[str, torch.Tensor]:
+    """Over each row's distinct ids: a repeated id would only write the same value again."""
+    penalized = [
+        (i, counts[i].seen_ids)
+        for i, row in enumerate(rows)
+        if row.params.repetition_penalty != 1.0 and counts[i].seen_ids
     ]
     if not penalized:
         return {}
@@ -103,21 +119,24 @@ def _repetition(rows: list, vocab: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _frequency_presence(rows: list, vocab: int) -> dict[str, torch.Tensor]:
+def _frequency_presence(rows: list, counts: dict[int, TokenCounts], vocab: int) -> dict[str, torch.Tensor]:
+    """Each distinct output id once (index_add_ then adds once per logit, in any order) with its count."""
     penalized = [
-        (i, row.seen_token_ids[row.num_prompt_tokens :])
+        (i, counts[i])
         for i, row in enumerate(rows)
-        if (row.params.frequency_penalty or row.params.presence_penalty)
-        and len(row.seen_token_ids) > row.num_prompt_tokens
+        if (row.params.frequency_penalty or row.params.presence_penalty) and counts[i].output_ids
     ]
     if not penalized:
         return {}
-    at, counts = torch.unique(_flat_index(penalized, vocab), return_counts=True)
-    per_row = [(row.params.frequency_penalty, row.params.presence_penalty) for row in rows]
-    frequency, presence = torch.tensor(per_row, dtype=torch.float32)[at // vocab].unbind(1)
+    lengths = torch.tensor([len(c.output_ids) for _, c in penalized])
+    per_row = [(rows[i].params.frequency_penalty, rows[i].params.presence_penalty) for i, _ in penalized]
+    frequency, presence = (
+        torch.tensor(per_row, dtype=torch.float32).repeat_interleave(lengths, dim=0).unbind(1)
+    )
+    occurrences = _int64(c.output_counts for _, c in penalized).to(torch.float32)
     return {
-        "output_at": at,
-        "minus_frequency": -(frequency * counts.to(torch.float32)),  # the fp32 product f * count, negated
+        "output_at": _flat_index([(i, c.output_ids) for i, c in penalized], vocab),
+        "minus_frequency": -(frequency * occurrences),  # the fp32 product f * count, negated
         "minus_presence": -presence,
     }
 
@@ -148,12 +167,15 @@ def _flat_index(row_tokens: list[tuple[int, Collection[int]]], vocab: int) -> to
     same few host ops for any number of rows."""
     lengths = torch.tensor([len(tokens) for _, tokens in row_tokens])
     first = torch.tensor([i * vocab for i, _ in row_tokens]).repeat_interleave(lengths)
-    return _int64(chain.from_iterable(tokens for _, tokens in row_tokens)) + first
+    return _int64(tokens for _, tokens in row_tokens) + first
 
 
-def _int64(values: Iterable[int]) -> torch.Tensor:
-    """A host int64 tensor of Python ints through an array: several times faster than torch.tensor(list)."""
-    data = array.array("q", values)
+def _int64(parts: Iterable[Iterable[int]]) -> torch.Tensor:
+    """A host int64 tensor of the parts' Python ints, in order, through an array: several times faster
+    than torch.tensor(list), and an int64 array part is copied whole."""
+    data = array.array("q")
+    for part in parts:
+        data.extend(part)
     return torch.frombuffer(data, dtype=torch.int64) if data else torch.empty(0, dtype=torch.int64)
 
 

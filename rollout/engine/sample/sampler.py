@@ -39,6 +39,7 @@ from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from rollout.engine.sample.token_counts import TokenCounts
     from rollout.structured.grammar_state import GrammarState
 
 
@@ -49,6 +50,8 @@ class SampleRow:
     seen_token_ids: list[int]  # prompt + output so far: the repetition penalty; its length is the position
     num_prompt_tokens: int = 0  # seen_token_ids[num_prompt_tokens:] is the output (penalties, bans)
     grammar: GrammarState | None = None  # structured outputs: masks what the grammar forbids next
+    # the sequence's counts of seen_token_ids for the penalties, kept across steps; None: counted afresh
+    token_counts: TokenCounts | None = None
 
 
 @dataclass(slots=True)
