@@ -5,6 +5,7 @@ logprobs and spans, so what is returned is exactly what was sampled up to the st
 from __future__ import annotations
 
 from rollout.engine.request import Sequence
+from rollout.engine.sample.token_counts import TokenCounts
 
 
 def truncate_outputs(seq: Sequence, num_output_tokens: int) -> None:
@@ -14,3 +15,5 @@ def truncate_outputs(seq: Sequence, num_output_tokens: int) -> None:
         del per_token[num_output_tokens:]
     seq.weight_versions[:] = [s for s in seq.weight_versions if s[0] < num_output_tokens]
     seq.kv_versions[:] = [s for s in seq.kv_versions if s[0] < num_output_tokens]
+    if seq.token_counts is not None:  # counted past the cut: recount from the kept tokens if it samples again
+        seq.token_counts = TokenCounts()
