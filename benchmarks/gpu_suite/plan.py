@@ -24,9 +24,9 @@ PHASES: dict[str, Phase] = {
         Phase("c", "phase_parity", 100),
         Phase("h", "phase_hybrid", 35),
         Phase("l", "phase_lora", 20),
-        Phase("d1", "phase_speed_grpo", 105),
-        Phase("d2", "phase_speed_decode", 60),
-        Phase("e", "phase_weights", 50),
+        Phase("d1", "phase_speed_grpo", 100),
+        Phase("d2", "phase_speed_decode", 50),
+        Phase("e", "phase_weights", 65),
     )
 }
 # call 1: what must be proven first (it runs, and it is right); call 2: how fast
