@@ -84,6 +84,19 @@ def test_a_phase_process_past_its_hard_limit_is_killed_with_its_children_and_rec
     assert not grandchild.exists() or grandchild.read_text().split(") ")[1][0] in "ZX"
 
 
+def test_a_killed_phase_keeps_the_cases_its_last_checkpoint_holds(tmp_path: Path) -> None:
+    phase = f"from pathlib import Path; from benchmarks.gpu_suite.report import Context; import time; Context(Path({str(tmp_path)!r}), True, phase='c').checkpoint({{'cases': ['llama']}}, 'the llama row'); time.sleep(120)"
+    report = tmp_path / "phase_c.json"
+
+    def record(why: str) -> None:
+        orchestrate.write_failure(tmp_path, "c", True, why)
+
+    assert orchestrate.run_process([sys.executable, "-c", phase], 10.0, record, report) == 1
+    result = json.loads(report.read_text())
+    assert result["cases"] == ["llama"] and result["error"].startswith("killed")
+    assert "the llama row" in result["markdown"] and "FAILED: killed" in result["markdown"]
+
+
 def test_a_failed_environment_phase_marks_the_rest_of_the_call_skipped(tmp_path: Path, monkeypatch) -> None:
     ran: list[str] = []
     monkeypatch.setattr(orchestrate, "run_boxed", lambda name, *args: ran.append(name) or int(name == "a"))

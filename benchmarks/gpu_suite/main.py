@@ -46,7 +46,7 @@ def main() -> int:
         return 0
     if args.phase is not None:
         seconds = PHASES[args.phase].seconds - args.grace if args.seconds is None else args.seconds
-        return run_phase(args.phase, Context(out, args.dry_run, time.monotonic() + seconds))
+        return run_phase(args.phase, Context(out, args.dry_run, time.monotonic() + seconds, args.phase))
     names = list(CALLS[args.call]) if args.call is not None else args.phases
     return run_call(names, out, args.dry_run, args.seconds, args.grace)
 

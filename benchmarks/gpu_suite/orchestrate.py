@@ -7,6 +7,7 @@ here, as is one that died without writing it: one slow or broken phase never cos
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,18 +24,22 @@ def run_call(
 ) -> int:
     """Runs `names` in order within `seconds` (default: their reservations); 1 when any phase failed."""
     end = time.monotonic() + (call_seconds(names) if seconds is None else seconds)
-    status, stop = 0, None
+    status, stop, summary = 0, None, []
     for i, name in enumerate(names):
         box = time_box(end - time.monotonic(), names[i + 1 :])
         reason = stop or (None if box >= MIN_BOX else f"{box:.0f} s left for it in the call")
         if reason is not None:
-            write_phase(Context(out, dry_run), name, {"skipped": reason}, skipped(reason))
+            write_phase(Context(out, dry_run), name, {"device": "-", "skipped": reason}, skipped(reason))
             print(f"phase {name}: {skipped(reason)}", flush=True)
+            summary.append(f"{name} skipped")
             continue
+        start = time.monotonic()
         failed = run_boxed(name, out, dry_run, box - grace, box)
+        summary.append(f"{name} {'FAILED' if failed else 'ok'} {time.monotonic() - start:.0f}/{box:.0f} s")
         status |= failed
         if failed and name == STOPS_THE_CALL:
             stop = f"phase {name} failed: fix the environment first"
+    print("phases: " + " | ".join(summary), flush=True)  # the last lines a device call's reply shows
     return status
 
 
@@ -44,7 +49,7 @@ def run_boxed(name: str, out: Path, dry_run: bool, seconds: float, limit: float)
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "benchmarks.gpu_suite.main", "--phase", name, "--seconds", f"{seconds:.1f}"]
     cmd += ["--out", str(out)] + (["--dry-run"] if dry_run else [])
-    return run_process(cmd, limit, lambda why: _write_error(out, name, dry_run, why), report)
+    return run_process(cmd, limit, lambda why: write_failure(out, name, dry_run, why), report)
 
 
 def run_process(cmd: list[str], limit: float, on_failure, report: Path) -> int:
@@ -67,6 +72,15 @@ def run_process(cmd: list[str], limit: float, on_failure, report: Path) -> int:
     return 1 if code else 0
 
 
-def _write_error(out: Path, name: str, dry_run: bool, why: str) -> None:
-    write_phase(Context(out, dry_run), name, {"error": why}, f"FAILED: {why}")
+def write_failure(out: Path, name: str, dry_run: bool, why: str) -> None:
+    """Phase `name`'s report with `why` as its error, keeping what its last checkpoint holds."""
+    report = out / f"phase_{name}.json"
+    data, markdown = {"device": "- (killed before its first report)"}, ""
+    if report.exists():  # a checkpoint (Context.checkpoint): the cases that ended before the kill
+        data = {k: v for k, v in json.loads(report.read_text()).items() if k not in _WRITTEN}
+        markdown = data.pop("markdown", "") + "\n\n"
+    write_phase(Context(out, dry_run), name, {**data, "error": why}, f"{markdown}FAILED: {why}")
     print(f"phase {name}: FAILED: {why}", flush=True)
+
+
+_WRITTEN = ("phase", "dry_run")  # write_phase's own keys (the device is the checkpoint's)

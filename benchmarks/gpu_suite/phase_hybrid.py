@@ -32,6 +32,11 @@ def run(ctx: Context) -> tuple[dict, str]:
             cases.append(_case(ctx, family, dtype))
         except Exception as err:  # recorded in the case: the other cases still run
             cases.append({"family": family, "dtype": dtype, "error": f"{type(err).__name__}: {err}"[:400]})
+        ctx.checkpoint({"cases": cases}, _table(cases))
+    return {"cases": cases}, _table(cases)
+
+
+def _table(cases: list[dict]) -> str:
     header = ["model", "dtype", "cache budget", "state bytes/seq", "slots + snapshots", "round 2 hit tokens"]
     header += ["greedy equal (on/off)", "max abs dlogprob"]
     rows = [[c["family"], c["dtype"], c["error"]] for c in cases if "error" in c]
@@ -43,7 +48,7 @@ def run(ctx: Context) -> tuple[dict, str]:
         ]
         for c in cases if "error" not in c
     ]  # fmt: skip
-    return {"cases": cases}, table(header, rows)
+    return table(header, rows)
 
 
 def _case(ctx: Context, family: str, dtype_name: str) -> dict:

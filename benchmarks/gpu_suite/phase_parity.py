@@ -30,18 +30,15 @@ def run(ctx: Context) -> tuple[dict, str]:
             for graphs_on in graphs if family not in HYBRID else (False,):
                 if ctx.allows(CASE_SECONDS):
                     cases.append(_guarded_case(ctx, family, dtype_name, graphs_on, prompts, new))
+                    ctx.checkpoint({"cases": cases}, _table(cases))
                 else:
                     cases.append(_case_key(family, dtype_name, graphs_on) | {"error": skipped()})
-    header = [
-        "family",
-        "dtype",
-        "graphs",
-        "greedy equal",
-        "first diff",
-        "engine |dlp| mean/max",
-        "eager |dlp| mean/max",
-        "after update",
-    ]
+    return {"cases": cases, "prompts": len(prompts), "new_tokens": new}, _table(cases)
+
+
+def _table(cases: list[dict]) -> str:
+    header = ["family", "dtype", "graphs", "greedy equal", "first diff"]
+    header += ["engine |dlp| mean/max", "eager |dlp| mean/max", "after update"]
     rows = [
         [c["family"], c["dtype"], "on" if c["cuda_graphs"] else "off", _error_cell(c["error"])]
         for c in cases
@@ -55,7 +52,7 @@ def run(ctx: Context) -> tuple[dict, str]:
         ]
         for c in cases if "error" not in c
     ]  # fmt: skip
-    return {"cases": cases, "prompts": len(prompts), "new_tokens": new}, table(header, rows)
+    return table(header, rows)
 
 
 def _workload(ctx: Context) -> tuple[list[list[int]], int]:

@@ -39,13 +39,18 @@ def run(ctx: Context) -> tuple[dict, str]:
     results = {}
     for name, args in runs.items():
         results[name] = _pytest(args, ctx.seconds_left()) if ctx.allows(MIN_RUN) else {"not_run": skipped()}
+        ctx.checkpoint({"runs": results}, _table(results))
+    return {"runs": results}, _table(results)
+
+
+def _table(results: dict[str, dict]) -> str:
     rows = [
         [n, r["not_run"]] if "not_run" in r
         else [n, len(r["tests"]), r["passed"], r["failed"], r["skipped"], r["stopped"], ", ".join(r["failures"][:5]) or "-"]
         for n, r in results.items()
     ]  # fmt: skip
     header = ["run", "tests", "passed", "failed", "skipped", "stopped at the box", "failures (first 5)"]
-    return {"runs": results}, table(header, rows)
+    return table(header, rows)
 
 
 def gpu_test_files() -> list[str]:

@@ -26,6 +26,7 @@ class Context:
     out: Path
     dry_run: bool
     deadline: float = float("inf")  # time.monotonic() by which the phase must have written its report
+    phase: str = ""  # the phase running in this process (its checkpoints' file)
 
     @property
     def device(self) -> str:
@@ -50,6 +51,12 @@ class Context:
         """Whether a step expected to take `seconds` still fits the phase's time box."""
         return self.seconds_left() >= seconds
 
+    def checkpoint(self, data: dict, markdown: str) -> None:
+        """The report so far, marked partial: what survives if the process is killed before it ends."""
+        write_phase(
+            self, self.phase, {**data, "partial": True}, markdown + "\n\n(partial: the phase did not end)"
+        )
+
 
 def skipped(reason: str = "time box reached") -> str:
     """How a case, run or transport that did not run is marked in a phase's data and table."""
@@ -58,7 +65,8 @@ def skipped(reason: str = "time box reached") -> str:
 
 def write_phase(ctx: Context, name: str, data: dict, markdown: str) -> None:
     ctx.out.mkdir(parents=True, exist_ok=True)
-    payload = {"phase": name, "device": ctx.device_name, "dry_run": ctx.dry_run, **data}
+    device = data.pop("device") if "device" in data else ctx.device_name  # the orchestrator never loads torch
+    payload = {"phase": name, "device": device, "dry_run": ctx.dry_run, **data}
     payload["markdown"] = markdown.rstrip() + "\n"
     (ctx.out / f"phase_{name}.json").write_text(json.dumps(payload, indent=2, default=str))
 
