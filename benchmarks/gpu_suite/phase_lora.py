@@ -75,7 +75,9 @@ def _case(ctx: Context, dtype_name: str) -> dict:
 
 def _engine(ctx: Context, dtype_name: str) -> LLM:
     model = tiny_model(seed=0).to(device=ctx.device, dtype=getattr(torch, dtype_name))
-    config = EngineConfig(device=ctx.device, dtype=dtype_name, num_blocks=256, max_num_seqs=8)  # 5 graphs, not 35
+    config = EngineConfig(
+        device=ctx.device, dtype=dtype_name, num_blocks=256, max_num_seqs=8
+    )  # 5 graphs, not 35
     return LLM(model=model, config=config)
 
 
