@@ -17,12 +17,15 @@ MODULES = (
     "safetensors",
     "transformers",
     "triton",
+    "peft",
     "pytest",
+    "xdist",
     "hypothesis",
     "rollout.protocol.generated.weights_pb2",
     "rollout.server.app",
     "rollout.client",
 )
+OPTIONAL = {"xdist"}  # pytest-xdist only spreads phase b's Triton compiles over workers
 
 
 def run(ctx: Context) -> tuple[dict, str]:
@@ -35,11 +38,17 @@ def run(ctx: Context) -> tuple[dict, str]:
         except Exception as err:  # every failure is reported, not just the first
             failures[name] = f"{type(err).__name__}: {err}"
     data = {"versions": versions, "import_failures": failures, "cuda_available": torch.cuda.is_available()}
-    if ctx.device == "cuda" and not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        versions["device"] = (
+            f"{torch.cuda.get_device_name(0)}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+        )
+    elif ctx.device == "cuda":
         failures["cuda"] = "torch sees no CUDA device"
-    if not failures:
+    if not set(failures) - OPTIONAL:
         data["smoke_tokens"] = _smoke(ctx.device)
-    rows = [[k, v] for k, v in versions.items()] + [[k, f"FAILED {v}"] for k, v in failures.items()]
+    rows = [[k, v] for k, v in versions.items()]
+    rows += [[k, f"{'missing (optional)' if k in OPTIONAL else 'FAILED'}: {v}"] for k, v in failures.items()]
     return data, table(["component", "version"], rows)
 
 
@@ -53,4 +62,5 @@ def _smoke(device: str) -> list[int]:
 
 
 def failed(data: dict) -> bool:
-    return bool(data["import_failures"])
+    """A missing import or device stops the call (plan.STOPS_THE_CALL)."""
+    return bool(set(data["import_failures"]) - OPTIONAL)

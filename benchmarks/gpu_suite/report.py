@@ -1,17 +1,20 @@
-"""What every phase of the GPU suite shares: its context, the JSON + markdown it writes to $OUT, the assembly.
+"""What every phase of the GPU suite shares: its context (with its time box), the one JSON it writes to $OUT,
+the assembly of the docs/benchmarks.md section.
 
-A phase returns (data, markdown); `write_phase` stores both as phase_<name>.json / .md, and
-`assemble` joins the markdown of every phase present into the docs/benchmarks.md section.
+A phase returns (data, markdown); `write_phase` stores both in phase_<name>.json (the markdown under
+"markdown": one file per phase, so a device call's results stay under the 8 files that come back), and
+`assemble` joins the markdown of every phase present into the section.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from benchmarks.gpu_suite.plan import PHASES
 
 BENCHMARKS = Path(__file__).resolve().parent.parent  # benchmarks/: the scripts the phases reuse
 SECTION_BEGIN = "<!-- gpu-suite:begin -->"
@@ -22,6 +25,8 @@ SECTION_END = "<!-- gpu-suite:end -->"
 class Context:
     out: Path
     dry_run: bool
+    deadline: float = float("inf")  # time.monotonic() by which the phase must have written its report
+    phase: str = ""  # the phase running in this process (its checkpoints' file)
 
     @property
     def device(self) -> str:
@@ -29,16 +34,41 @@ class Context:
 
     @property
     def device_name(self) -> str:
-        if self.device == "cuda":
+        import torch  # here: the orchestrating process never loads torch
+
+        if self.device == "cuda" and torch.cuda.is_available():
             return torch.cuda.get_device_name(0)
-        return f"CPU ({platform.processor() or platform.machine()}), dry run"
+        return (
+            f"CPU ({platform.processor() or platform.machine()}), dry run"
+            if self.dry_run
+            else "no CUDA device"
+        )
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def allows(self, seconds: float) -> bool:
+        """Whether a step expected to take `seconds` still fits the phase's time box."""
+        return self.seconds_left() >= seconds
+
+    def checkpoint(self, data: dict, markdown: str) -> None:
+        """The report so far, marked partial: what survives if the process is killed before it ends."""
+        write_phase(
+            self, self.phase, {**data, "partial": True}, markdown + "\n\n(partial: the phase did not end)"
+        )
+
+
+def skipped(reason: str = "time box reached") -> str:
+    """How a case, run or transport that did not run is marked in a phase's data and table."""
+    return f"SKIPPED ({reason})"
 
 
 def write_phase(ctx: Context, name: str, data: dict, markdown: str) -> None:
     ctx.out.mkdir(parents=True, exist_ok=True)
-    payload = {"phase": name, "device": ctx.device_name, "dry_run": ctx.dry_run, **data}
+    device = data.pop("device") if "device" in data else ctx.device_name  # the orchestrator never loads torch
+    payload = {"phase": name, "device": device, "dry_run": ctx.dry_run, **data}
+    payload["markdown"] = markdown.rstrip() + "\n"
     (ctx.out / f"phase_{name}.json").write_text(json.dumps(payload, indent=2, default=str))
-    (ctx.out / f"phase_{name}.md").write_text(markdown.rstrip() + "\n")
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
@@ -54,11 +84,11 @@ def _cell(value: object) -> str:
 
 
 def assemble(out: Path) -> str:
-    """The docs/benchmarks.md section from every phase's markdown in `out` (written to out/benchmarks_section.md)."""
+    """The docs/benchmarks.md section from every phase report in `out` (written to out/benchmarks_section.md)."""
     parts = [SECTION_BEGIN, "## GPU suite (`scripts/gpu_suite.sh`)", ""]
-    for md in sorted(out.glob("phase_*.md")):
-        meta = json.loads(md.with_suffix(".json").read_text())
-        parts += [f"### Phase {meta['phase']} on {meta['device']}", "", md.read_text().rstrip(), ""]
+    reports = [json.loads(path.read_text()) for path in out.glob("phase_*.json")]
+    for meta in sorted(reports, key=lambda r: list(PHASES).index(r["phase"])):
+        parts += [f"### Phase {meta['phase']} on {meta['device']}", "", meta["markdown"].rstrip(), ""]
     parts.append(SECTION_END)
     section = "\n".join(parts) + "\n"
     (out / "benchmarks_section.md").write_text(section)

@@ -1,0 +1,51 @@
+"""The suite's plan for a 15-minute lease: the phases of each of the two device calls and their time boxes.
+
+The seconds are estimates (no GPU has run the suite yet; docs/gpu_suite.md says how each was derived):
+a phase past its box skips what is left and still writes its report, so an estimate can be wrong safely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    module: str  # benchmarks/gpu_suite/<module>.py: run(ctx) -> (data, markdown), failed(data) -> bool
+    seconds: float  # reserved for it in its call (its process killed GRACE seconds past its own deadline)
+
+
+PHASES: dict[str, Phase] = {
+    p.name: p
+    for p in (
+        Phase("a", "phase_env", 45),
+        Phase("b", "phase_tests", 130),
+        Phase("c", "phase_parity", 100),
+        Phase("h", "phase_hybrid", 35),
+        Phase("l", "phase_lora", 20),
+        Phase("d1", "phase_speed_grpo", 100),
+        Phase("d2", "phase_speed_decode", 50),
+        Phase("e", "phase_weights", 65),
+    )
+}
+# call 1: what must be proven first (it runs, and it is right); call 2: how fast
+CALLS: dict[int, tuple[str, ...]] = {1: ("a", "b", "c", "h", "l"), 2: ("d1", "d2", "e")}
+# the `run` tool's timeout_s for each call (docs/gpu_suite.md): the phases, the wheels' install, the assembly
+CALL_TIMEOUT_S: dict[int, int] = {1: 360, 2: 240}
+# scripts/gpu_suite.sh around the phases: installing .whl/ (~15 s; skipped on a warm machine), the assembly
+OVERHEAD_SECONDS = 25.0
+GRACE = 10.0  # seconds past a phase's deadline before its process (and its children) are killed
+MIN_BOX = 15.0  # a phase given less than this is skipped rather than started
+STOPS_THE_CALL = "a"  # a broken environment (an import, no CUDA) makes every later phase meaningless
+
+
+def call_seconds(names: list[str]) -> float:
+    """The time a run of `names` plans for: their reservations together (call 1: 330 s, call 2: 215 s)."""
+    return sum(PHASES[n].seconds for n in names)
+
+
+def time_box(seconds_left: float, later: list[str]) -> float:
+    """Seconds the next phase may take: what the call has left after the later phases' reservations, so
+    the time an earlier phase did not use goes to the next one, and no phase eats a later one's share."""
+    return seconds_left - call_seconds(later)
