@@ -52,6 +52,9 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
         return int(config.kv_cache_memory_gb * 2**30)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
+        # memory torch's caching allocator holds but no tensor uses is free to the KV cache too (a
+        # colocated trainer that freed its model before building an engine would otherwise lose it)
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         reserve = total * (1 - config.gpu_memory_utilization)
         return int(max(0, free - reserve) * 0.9)  # headroom for activations
     return int(CPU_KV_CACHE_GB * 2**30)
