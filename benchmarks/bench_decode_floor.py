@@ -19,6 +19,7 @@ import time
 
 import torch
 from bench_engine import SHAPES, build_model
+from step_profile import profile_steps
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.bench import systems
@@ -38,9 +39,12 @@ def memory_bandwidth(device: str, megabytes: int = 1024, repeats: int = 10) -> f
     return 2 * src.numel() / statistics.median(times[1:])
 
 
-def decode_step_time(llm: LLM, batch: int, context: int, steps: int, vocab: int) -> float:
-    """Median wall time of one engine step once `batch` sequences of `context` tokens all decode."""
-    params = SamplingParams(max_tokens=steps + 8, temperature=1.0, ignore_eos=True, logprobs=0)
+def decode_step_time(
+    llm: LLM, batch: int, context: int, steps: int, vocab: int, profiled: int = 0
+) -> tuple[float, str]:
+    """Median wall time of one engine step once `batch` sequences of `context` tokens all decode, and
+    (with `profiled` > 0) a profile of that many more decode steps."""
+    params = SamplingParams(max_tokens=steps + profiled + 8, temperature=1.0, ignore_eos=True, logprobs=0)
     engine = llm.engine
     for i, prompt in enumerate(systems.random_prompts(batch, context, context, vocab, seed=batch)):
         engine.add_request(f"b{batch}-{i}", prompt, params)
@@ -56,9 +60,12 @@ def decode_step_time(llm: LLM, batch: int, context: int, steps: int, vocab: int)
         engine.step()
         _sync(llm.engine.model_info.device)
         times.append(time.perf_counter() - start)
+    profiled_steps = (
+        profile_steps(engine.step, profiled, str(llm.engine.model_info.device)) if profiled else ""
+    )
     while engine.has_unfinished_requests():
         engine.step()
-    return statistics.median(times)
+    return statistics.median(times), profiled_steps
 
 
 def _sync(device: str) -> None:
@@ -76,6 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32, help="timed decode steps per batch size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs (EngineConfig.enforce_eager)")
+    parser.add_argument("--profile", type=int, default=0, help="profile this many more steps per batch")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
@@ -97,11 +105,15 @@ def main() -> None:
     )
     results = {}
     for batch in args.batch:
-        step = decode_step_time(llm, batch, args.context, args.steps, model.config.vocab_size)
+        step, profiled = decode_step_time(
+            llm, batch, args.context, args.steps, model.config.vocab_size, args.profile
+        )
         results[batch] = {"step_ms": step * 1e3, "x_floor": step / floor, "tokens_per_s": batch / step}
         print(
             f"  batch {batch:4d}: {step * 1e3:9.3f} ms/step  {step / floor:6.2f}x floor  {batch / step:10.0f} tok/s"
         )
+        if profiled:
+            print(profiled, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             payload = {"weight_bytes": weight_bytes, "bandwidth": bandwidth, "results": results}

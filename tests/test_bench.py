@@ -93,3 +93,43 @@ def test_a_model_without_a_context_length_is_benched_up_to_the_workloads_length(
         tmp_path, "--model", str(model), "--new", "4", "--prompt-len", "8", "16", "--compare", "generate"
     )
     assert {r["tokens"] for r in report["fixed"]["results"].values()} == {3 * 2 * 4}
+
+
+def test_the_static_baselines_logprobs_are_each_sampled_tokens_log_softmax() -> None:
+    """Computed step by step (no [rows, steps, vocab] fp32 copy), equal to the stacked computation."""
+    g = torch.Generator().manual_seed(0)
+    rows, steps, vocab, width = 3, 5, 11, 4
+    logits = tuple(torch.randn(rows, vocab, generator=g) for _ in range(steps))
+    sampled = torch.randint(0, vocab, (rows, steps), generator=g)
+    out = type(
+        "Out", (), {"logits": logits, "sequences": torch.cat([torch.zeros(rows, width).long(), sampled], 1)}
+    )
+    expected = torch.log_softmax(torch.stack(logits, 1), -1).gather(-1, sampled[..., None])[..., 0]
+    assert torch.equal(systems._sampled_logprobs(out, width), expected)
+
+
+def test_each_system_is_built_after_the_previous_one_is_released(monkeypatch) -> None:
+    """The engine's KV cache is sized from the free device memory: a baseline built beside a live
+    engine ran out of memory on an H200 (phase d1). Each system gets the device to itself."""
+    import weakref
+
+    from rollout.bench import side_by_side
+
+    engine_models: list[weakref.ref] = []
+    alive_at_baseline: list[bool] = []
+    real_engine, real_static = systems.rollout_engine, side_by_side.BASELINES["generate_static"]
+
+    def engine(model, work, device):
+        engine_models.append(weakref.ref(model))
+        return real_engine(model, work, device)
+
+    def static(model, work):
+        alive_at_baseline.append(engine_models[0]() is not None)
+        return real_static[1](model, work)
+
+    monkeypatch.setattr(systems, "rollout_engine", engine)
+    monkeypatch.setitem(side_by_side.BASELINES, "generate_static", (real_static[0], static))
+    work = Workload("fixed", random_prompts(2, 5, 9), 2, 4, None)
+    report = side_by_side.run(tiny_model(seed=0), work, ["generate_static"], "cpu", repeats=1)
+    assert set(report.results) == {"rollout", "generate_static"}
+    assert alive_at_baseline == [False]

@@ -144,3 +144,10 @@ def test_assembling_twice_replaces_the_section_instead_of_appending(tmp_path: Pa
         main("--assemble", "--out", str(tmp_path), "--into", str(doc)).check_returncode()
     text = doc.read_text()
     assert text.startswith("# Benchmarks\n\nkept\n") and text.count("## GPU suite") == 1 and "| x |" in text
+
+
+def test_a_pipe_in_a_cell_or_a_header_does_not_split_the_markdown_row() -> None:
+    from benchmarks.gpu_suite.report import table
+
+    lines = table(["engine |dlp|", "n"], [["4/4 equal, |dlp| max 4.8e-07", 2]]).splitlines()
+    assert [line.replace("\\|", "").count("|") for line in lines] == [3, 3, 3]

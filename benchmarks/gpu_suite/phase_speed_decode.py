@@ -1,5 +1,6 @@
-"""Phase d2: decode step time at batch 1 and 64 against the weight-read floor (CUDA graphs on), then, if the
-time box leaves room, the server against offline.
+"""Phase d2: decode step time at batch 1 and 64 against the weight-read floor (CUDA graphs on), each with a
+torch.profiler view of a few more steps (kernels per step, the top kernels: benchmarks/step_profile.py),
+then, if the time box leaves room, the server against offline.
 
 The floor is weight bytes over the copy bandwidth measured on the device (benchmarks/bench_decode_floor.py,
 which prints each batch as it goes: a run the box cuts off keeps the batches it finished); the server
@@ -13,14 +14,28 @@ import re
 from benchmarks.gpu_suite.bench_runs import run_bench
 from benchmarks.gpu_suite.report import Context, skipped, table
 
-DECODE_GPU = ["--shape", "qwen2.5-1.5b", "--batch", "1", "64", "--context", "256", "--steps", "32"]
+DECODE_GPU = [
+    "--shape",
+    "qwen2.5-1.5b",
+    "--batch",
+    "1",
+    "64",
+    "--context",
+    "256",
+    "--steps",
+    "32",
+    "--profile",
+    "4",
+]
 DECODE_DRY = ["--shape", "tiny", "--batch", "1", "4", "--context", "16", "--steps", "3", "--device", "cpu"]
+DECODE_DRY += ["--profile", "2"]
 SERVER_GPU = ["--clients", "8", "--prompts", "64", "--n", "8", "--max-tokens", "128", "--hidden", "1024"]
 SERVER_GPU += ["--layers", "16", "--rounds", "1", "--device", "cuda"]
 SERVER_DRY = ["--clients", "2", "--prompts", "4", "--n", "2", "--max-tokens", "4", "--hidden", "64"]
 SERVER_DRY += ["--layers", "1", "--rounds", "1", "--device", "cpu"]
 SERVER_SECONDS = 35.0  # a serve process loading a 16-layer model, one round each side (estimate)
 FLOOR = re.compile(r"weight-read floor ([\d.]+) ms")
+PROFILE = re.compile(r"^(    \S.*(?:\n      .*)*)", re.MULTILINE)  # step_profile.py's indented block
 BATCH = re.compile(r"^\s+batch\s+(\d+):\s+([\d.]+) ms/step\s+([\d.]+)x floor\s+([\d.]+) tok/s", re.MULTILINE)
 
 
@@ -38,6 +53,13 @@ def run(ctx: Context) -> tuple[dict, str]:
     if decode.stopped:
         rows.append(["(the rest)", skipped()])
     md = table(["batch (graphs on)", "ms/step", "floor ms", "x floor", "tokens/s"], rows)
+    profiles = PROFILE.findall(decode.stdout)
+    if profiles:
+        md += (
+            "\n\nProfiled decode steps (torch.profiler), per batch in order:\n\n```\n"
+            + "\n".join(profiles)
+            + "\n```"
+        )
     server = (
         _server_ratio(SERVER_DRY if ctx.dry_run else SERVER_GPU, ctx) if ctx.allows(SERVER_SECONDS) else None
     )

@@ -72,7 +72,7 @@ def write_phase(ctx: Context, name: str, data: dict, markdown: str) -> None:
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -80,7 +80,7 @@ def table(header: list[str], rows: list[list[object]]) -> str:
 def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return str(value)
+    return str(value).replace("|", "\\|")  # |dlp| in a cell would end it
 
 
 def assemble(out: Path) -> str:

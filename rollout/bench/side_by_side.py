@@ -35,11 +35,18 @@ REFUSALS: dict[str, Callable[[PreTrainedModel], str | None]] = {
 }
 
 
+# On an H200 the hooks gave 0.02 s against a 3.2 s run ("198x the floor"): meaningless, so not printed.
+NO_CUDA_FLOOR = (
+    "decode steps replay CUDA graphs, which run no module hooks, so hooks would time prefill only "
+    "(bench_decode_floor.py measures decode against the weight-read floor)"
+)
+
+
 @dataclass(frozen=True)
 class Report:
     workload: Workload
     results: dict[str, systems.Result]
-    floor_seconds: float  # rollout's linear layers, median over the timed runs
+    floor_seconds: float | None  # rollout's linear layers, median over the timed runs; None on CUDA
 
     def to_json(self) -> dict:
         return {
@@ -53,27 +60,40 @@ class Report:
 
 
 def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str, repeats: int) -> Report:
-    """Measures rollout (and its matmul floor, in the same runs) and each baseline on its own copy."""
+    """Measures rollout (and its matmul floor, in the same runs) and each baseline on its own copy.
+
+    Each system is built just before it runs and released after, so it has the device to itself: the
+    engine's KV cache (sized from the free memory) would otherwise leave a baseline too little."""
     print(work.description, flush=True)
-    model = copy.deepcopy(base)
-    runs = {"rollout": systems.rollout_engine(model, work, device)}
+    builders: dict[str, Callable[[PreTrainedModel], systems.System]] = {
+        "rollout": partial(systems.rollout_engine, work=work, device=device)
+    }
     for name in (b for b in BASELINES if b in baselines):
         why = REFUSALS[name](base) if name in REFUSALS else None
         if why is not None:
             print(f"  {name}: skipped, {why}", flush=True)
             continue
-        runs[name] = BASELINES[name][1](copy.deepcopy(base), work)
+        builders[name] = partial(BASELINES[name][1], work=work)
     print(f"  {'system':58s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>9s}  rollout is", flush=True)
-    runs["rollout"], floors = _with_floor(model, runs["rollout"])
     results: dict[str, systems.Result] = {}
-    for name, system in runs.items():
+    floors: list[float] = []
+    for name, build in builders.items():
+        model = copy.deepcopy(base)
+        system = build(model)
+        if name == "rollout" and not device.startswith("cuda"):
+            system, floors = _with_floor(model, system)
         results[name] = result = systems.measure(system, repeats)
+        del system, model
+        systems.release_device_memory()
         ratio = "" if name == "rollout" else f"{results['rollout'].tokens_per_s / result.tokens_per_s:.2f}x"
         label = "rollout LLM.generate" if name == "rollout" else BASELINES[name][0]
         print(
             f"  {label:58s} {result.tokens:7d} {result.seconds:8.2f} {result.tokens_per_s:9.1f}  {ratio}",
             flush=True,
         )
+    if not floors:
+        print(f"  matmul floor: not measured on {device}: {NO_CUDA_FLOOR}", flush=True)
+        return Report(work, results, None)
     floor = statistics.median(floors[1:])  # the timed runs, not the warm-up
     wall = results["rollout"].seconds
     print(

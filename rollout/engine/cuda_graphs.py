@@ -30,9 +30,40 @@ logger = logging.getLogger(__name__)
 MAX_GRAPH_BATCH = 512
 
 
-def use_cuda_graphs(config: EngineConfig, device: torch.device, backend: AttentionBackend) -> bool:
-    """The switch: CUDA, not `enforce_eager`, and an attention backend that is safe to capture."""
-    return device.type == "cuda" and not config.enforce_eager and backend.supports_cuda_graphs
+def use_cuda_graphs(
+    config: EngineConfig, device: torch.device, backend: AttentionBackend, model: PreTrainedModel
+) -> bool:
+    """The switch: CUDA, not `enforce_eager`, an attention backend that is safe to capture, and a model
+    whose decode step needs no host round trip (`capture_refusal`)."""
+    if device.type != "cuda" or config.enforce_eager or not backend.supports_cuda_graphs:
+        return False
+    why = capture_refusal(model)
+    if why is not None:
+        logger.info("decode steps run eagerly, without CUDA graphs: %s", why)
+    return why is None
+
+
+def capture_refusal(model: PreTrainedModel) -> str | None:
+    """Why a decode step of `model` cannot be captured, known before trying, or None.
+
+    transformers runs stacked MoE experts through `grouped_mm`; for weights other than bf16, torch's
+    CUDA grouped_mm falls back to a loop over the group offsets copied to the host, which a graph
+    cannot capture (seen on an H200 with torch 2.11: an fp32 Mixtral's capture failed on that copy)."""
+    for name, module in model.named_modules():
+        config = getattr(module, "config", None)
+        weight = getattr(module, "gate_up_proj", None)
+        if weight is None:
+            weight = getattr(module, "down_proj", None)
+        if (
+            getattr(config, "_experts_implementation", None) == "grouped_mm"
+            and isinstance(weight, torch.Tensor)
+            and weight.dtype != torch.bfloat16
+        ):
+            return (
+                f"{name} runs transformers' grouped_mm experts in {str(weight.dtype).removeprefix('torch.')}, "
+                "which torch computes with a host copy of the group offsets (bf16 weights capture)"
+            )
+    return None
 
 
 def decode_buckets(max_num_seqs: int) -> list[int]:

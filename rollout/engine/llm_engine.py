@@ -94,7 +94,9 @@ class LLMEngine:
             self_check.run_self_check(
                 self.model, kv_spec, backend, self.config.block_size, self.max_model_len
             )
-        if use_cuda_graphs(self.config, device, backend) and states is None:  # hybrids: per-sequence calls
+        if (
+            use_cuda_graphs(self.config, device, backend, self.model) and states is None
+        ):  # hybrids: per-sequence calls
             self.local_runner.enable_decode_graphs(self.config.max_num_seqs, self.max_model_len, capture=True)
         self.runner: Runner = runner_factory(self.local_runner)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings

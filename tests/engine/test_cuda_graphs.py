@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine.cuda_graphs import MAX_GRAPH_BATCH, DecodeGraphs, decode_buckets, use_cuda_graphs
+from rollout.engine.cuda_graphs import (
+    MAX_GRAPH_BATCH,
+    DecodeGraphs,
+    capture_refusal,
+    decode_buckets,
+    use_cuda_graphs,
+)
 from rollout.engine.request import Request, Sequence
 from rollout.engine.scheduler import ScheduledSequence, SchedulerOutput
 from rollout.ops.backends import get_backend
@@ -125,11 +131,27 @@ def test_graphs_are_used_only_on_cuda_without_enforce_eager_with_a_capturable_ba
     pytest.importorskip("triton")
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     triton_backend, torch_backend = get_backend("triton", cuda), get_backend("torch", cuda)
-    assert use_cuda_graphs(EngineConfig(), cuda, triton_backend)
-    assert not use_cuda_graphs(EngineConfig(enforce_eager=True), cuda, triton_backend)
-    assert not use_cuda_graphs(EngineConfig(), cuda, torch_backend)
-    assert not use_cuda_graphs(EngineConfig(), cpu, get_backend("triton", cpu))
+    model = tiny_model()
+    assert use_cuda_graphs(EngineConfig(), cuda, triton_backend, model)
+    assert not use_cuda_graphs(EngineConfig(enforce_eager=True), cuda, triton_backend, model)
+    assert not use_cuda_graphs(EngineConfig(), cuda, torch_backend, model)
+    assert not use_cuda_graphs(EngineConfig(), cpu, get_backend("triton", cpu), model)
     assert tiny_llm().engine.runner.decode_graphs is None  # CPU engines stay eager
+
+
+def test_stacked_experts_in_other_dtypes_than_bf16_are_not_captured_saying_why() -> None:
+    """torch's CUDA grouped_mm for fp32/fp16 copies the group offsets to the host: the capture of an
+    fp32 Mixtral failed on an H200. The engine declines up front, naming the module; bf16 captures."""
+    pytest.importorskip("triton")
+    cuda, backend = torch.device("cuda"), get_backend("triton", torch.device("cuda"))
+    moe = tiny_model("qwen3_moe")
+    why = capture_refusal(moe)
+    assert why is not None and "experts" in why and "float32" in why
+    assert not use_cuda_graphs(EngineConfig(), cuda, backend, moe)
+    assert capture_refusal(moe.to(torch.float16)) is not None
+    assert capture_refusal(moe.to(torch.bfloat16)) is None
+    assert use_cuda_graphs(EngineConfig(), cuda, backend, moe)
+    assert capture_refusal(tiny_model()) is None  # no stacked experts
 
 
 def test_only_pure_decode_steps_that_fit_take_the_padded_path() -> None:
@@ -239,7 +261,8 @@ def test_replayed_graphs_give_the_eager_outputs_on_cuda() -> None:
 def test_replayed_graphs_after_update_weights_match_a_fresh_engine_on_cuda() -> None:
     graphed = cuda_llm(seed=0)
     generate(graphed, temperature=0)
-    graphed.update_weights(tiny_model(seed=1).state_dict())
+    dtype = graphed.engine.runner.model.dtype  # auto on CUDA: bf16; an fp32 push is refused, by design
+    graphed.update_weights({k: v.to(dtype) for k, v in tiny_model(seed=1).state_dict().items()})
     steps = graphs_of(graphed).num_steps
     got = generate(graphed, temperature=0)
     assert graphs_of(graphed).num_steps > steps
