@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.field_checks import check_finite, check_int
+from rollout.field_checks import check_finite, check_int, check_unicode
 
 PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and OpenAI's range for presence and frequency penalties
 
@@ -68,9 +68,10 @@ def _allowed(ids: object) -> tuple[int, ...] | None:
 def _bad_words(words: object) -> tuple[str, ...]:
     if isinstance(words, str) or not isinstance(words, (list, tuple)):
         raise ValueError(f"bad_words must be a list of strings, got {words!r}")
-    for word in words:
+    for i, word in enumerate(words):
         if not isinstance(word, str) or not word.strip():
             raise ValueError(f"bad_words: each word must be a non-empty string, got {word!r}")
+        check_unicode(f"bad_words[{i}]", word)  # it is tokenized
     return tuple(words)
 
 

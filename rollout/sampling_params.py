@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from rollout.field_checks import check_finite, check_int
+from rollout.field_checks import check_finite, check_int, check_unicode
 from rollout.logits_settings import check_logits_settings, has_logits_processors
 from rollout.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
@@ -147,4 +147,5 @@ def _stop_strings(stop: object) -> tuple[str, ...]:
             raise ValueError(f"stop must hold strings, got {value!r}")
         if not value:
             raise ValueError("stop: an empty stop string would match before any text; remove it")
+        check_unicode("stop", value)  # decoded text never holds a lone surrogate: it could never match
     return tuple(values)

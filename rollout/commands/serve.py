@@ -174,7 +174,12 @@ def _warn_off_loopback(args: argparse.Namespace) -> None:
 
 
 def check_serve_args(args: argparse.Namespace) -> None:
-    """UsageError for what can be refused before loading: TLS files, taken ports, a missing model."""
+    """UsageError for what can be refused before loading: an empty token, TLS files, taken ports, a
+    missing model."""
+    if args.token is not None and not args.token.strip():
+        raise UsageError(  # it served both front ends with no auth at all
+            "--token: empty; give a non-empty secret, or leave --token out to serve without auth"
+        )
     _check_tls(args.tls_cert, args.tls_key)
     if args.served_model_name is not None and args.openai_port is None:
         raise UsageError("--served-model-name names the model on the OpenAI API; it needs --openai-port")

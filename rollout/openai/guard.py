@@ -18,8 +18,12 @@ OPEN_PATHS = ("/health",)
 
 class Guard:
     def __init__(self, app: Any, token: str | None, max_body_bytes: int):
+        if token == "":
+            raise ValueError(
+                "token: empty; give a non-empty secret, or no token at all to serve without auth"
+            )
         self.app = app
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = f"Bearer {token}".encode() if token is not None else None
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:

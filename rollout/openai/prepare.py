@@ -12,12 +12,13 @@ from typing import Any
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.openai.chat_turns import appended_prompt
+from rollout.openai.message_schema import openai_conversation
 from rollout.openai.prefix_check import prefix_break
+from rollout.openai.request_checks import check_text, check_top_logprobs
 from rollout.openai.responses import ReplyOptions
 from rollout.openai.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ServedNames
-from rollout.protocol.chat_messages import conversation_json, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.server.handle import Submission
 
@@ -47,9 +48,8 @@ class Preparer:
 
     def chat(self, req: ChatCompletionRequest, request_id: str, caller: str) -> Prepared:
         self.served.check(req.model)
-        _check_chat_options(req)
-        messages = conversation_json(req.messages, "messages")
-        tools = tools_json(req.tools)
+        _check_chat_options(req, self.engine.vocab_size)
+        messages, tools = openai_conversation(req.messages, req.tools)
         extensions: dict[str, Any] = {}
         if req.prompt_token_ids is not None:
             ids = appended_prompt(self.tokenizer, list(req.prompt_token_ids), messages, tools, self.max_chars)
@@ -123,7 +123,9 @@ def _prefix_fields(
     )
 
 
-def _check_chat_options(req: ChatCompletionRequest) -> None:
+def _check_chat_options(req: ChatCompletionRequest, vocab_size: int) -> None:
+    check_text(req)
+    check_top_logprobs(req, vocab_size)
     if req.tool_choice not in (None, "auto", "none"):
         raise UnsupportedFieldError(
             'tool_choice: only "auto" and "none" are supported (forcing a call needs constrained decoding)'
@@ -131,6 +133,7 @@ def _check_chat_options(req: ChatCompletionRequest) -> None:
 
 
 def _check_completion_options(req: CompletionRequest) -> None:
+    check_text(req)
     if req.echo:
         raise UnsupportedFieldError(
             "echo: not supported by this server; prompt_token_ids are in the response"

@@ -80,11 +80,15 @@ def _object(body: str) -> dict[str, Any] | None:
 
 
 def _call(value: dict[str, Any] | None, arguments_key: str) -> dict[str, Any] | None:
-    if value is None or not isinstance(value.get("name"), str):
+    """The call, or None: a call the front end would refuse when the agent sends it back in its history
+    (a name that is not a non-empty string, arguments that are not a JSON object) stays text."""
+    if value is None or not isinstance(value.get("name"), str) or not value["name"]:
         return None
     arguments = value.get(arguments_key, value.get("arguments", {}))
-    if not isinstance(arguments, (dict, str)):
+    if not isinstance(arguments, dict) and not (
+        isinstance(arguments, str) and _object(arguments) is not None
+    ):
         return None
-    encoded = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    encoded = arguments if isinstance(arguments, str) else json.dumps(arguments)  # the model's spelling
     function = {"name": value["name"], "arguments": encoded}
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function}

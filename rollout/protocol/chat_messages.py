@@ -13,7 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rollout.field_checks import check_unicode
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.message_checks import check_conversation
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]
@@ -30,8 +32,12 @@ def is_conversation(prompt: object) -> bool:
 
 
 def json_value(value: Any, field: str) -> Any:
-    """`value` as plain JSON (dicts, lists, str, finite numbers, bools, None); ValueError names the field."""
-    if value is None or isinstance(value, (str, bool, int)):
+    """`value` as plain JSON (dicts, lists, str, finite numbers, bools, None) holding only Unicode text;
+    ValueError names the field."""
+    if isinstance(value, str):
+        check_unicode(field, value)
+        return value
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -41,6 +47,7 @@ def json_value(value: Any, field: str) -> Any:
         for key in value:
             if not isinstance(key, str):
                 raise ValueError(f"{field}: key {key!r} is not a string, so the object is not JSON")
+            check_unicode(field, key)
         return {key: json_value(item, f"{field}.{key}") for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_value(item, f"{field}[{i}]") for i, item in enumerate(value)]
@@ -50,10 +57,13 @@ def json_value(value: Any, field: str) -> Any:
 
 
 def conversation_json(messages: Conversation, field: str) -> list[dict[str, Any]]:
-    """The messages as JSON objects, exactly what a server decodes from `conversation_to_proto`."""
+    """The messages as JSON objects, exactly what a server decodes from `conversation_to_proto`; each
+    one checked (message_checks.py)."""
     if not is_conversation(messages):
         raise ValueError(f"{field}: must be a non-empty list of message objects")
-    return [json_value(m, f"{field}[{i}]") for i, m in enumerate(messages)]
+    turns = [json_value(m, f"{field}[{i}]") for i, m in enumerate(messages)]
+    check_conversation(turns, field)
+    return turns
 
 
 def tools_json(tools: Sequence[Any] | None, field: str = "tools") -> list[Any] | None:
@@ -84,10 +94,11 @@ def conversation_from_proto(chat: pb.ChatMessages) -> tuple[list[dict[str, Any]]
     messages = [_message_from_proto(m, f"chat.messages[{i}]") for i, m in enumerate(chat.messages)]
     if not messages:
         raise ValueError("chat: no messages")
+    check_conversation(messages, "chat.messages")
     tools = _decode(chat.tools_json, "chat.tools_json") if chat.HasField("tools_json") else None
     if tools is not None and not isinstance(tools, list):
         raise ValueError("chat.tools_json: must be a JSON array of tool definitions")
-    return messages, tools
+    return messages, json_value(tools, "chat.tools_json")
 
 
 def _message_from_proto(message: pb.ChatMessage, field: str) -> dict[str, Any]:
@@ -96,7 +107,7 @@ def _message_from_proto(message: pb.ChatMessage, field: str) -> dict[str, Any]:
     value = _decode(message.message_json, f"{field}.message_json")
     if not isinstance(value, dict):
         raise ValueError(f"{field}.message_json: must be a JSON object, got {type(value).__name__}")
-    return value
+    return json_value(value, f"{field}.message_json")  # JSON escapes can spell lone surrogates
 
 
 def _decode(text: str, field: str) -> Any:

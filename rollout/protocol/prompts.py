@@ -16,6 +16,7 @@ from jinja2 import TemplateError
 
 # Fast tokenizers can refuse concurrent use of one instance ("Already borrowed"); RPC threads share it.
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK as _TOKENIZER_LOCK
+from rollout.field_checks import check_unicode
 
 
 class NoChatTemplateError(ValueError):
@@ -53,6 +54,7 @@ def tokenize_text(tokenizer: Any, text: str, max_chars: int | None = None, field
     if tokenizer is None:
         raise ValueError("text prompts need a tokenizer, and the model has none; send token ids")
     check_text_chars(len(text), max_chars, field)
+    check_unicode(field, text)
     with _TOKENIZER_LOCK:
         ids = list(tokenizer(text)["input_ids"])
     bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)

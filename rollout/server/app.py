@@ -55,6 +55,10 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     """
 
     def __init__(self, token: str, open_services: Sequence[str] = OPEN_SERVICES):
+        if not token:
+            raise ValueError(
+                "token: empty; give a non-empty secret, or no token at all to serve without auth"
+            )
         self._expected = f"Bearer {token}".encode()
         self._open = tuple(f"/{name}/" for name in open_services)
         self._deny = _denial("missing or wrong bearer token (metadata 'authorization')")
@@ -72,10 +76,14 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
 
 
 def _denial(details: str) -> grpc.RpcMethodHandler:
-    def deny(request: object, context: grpc.ServicerContext) -> None:
+    """A handler that refuses before reading any request message: as stream-stream it fits every kind of
+    RPC (a unary-request handler would first wait for exactly one message, and an empty client stream,
+    e.g. an UpdateWeights with nothing to send, got UNIMPLEMENTED instead)."""
+
+    def deny(requests: object, context: grpc.ServicerContext) -> None:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
 
-    return grpc.unary_unary_rpc_method_handler(deny)
+    return grpc.stream_stream_rpc_method_handler(deny)
 
 
 def build_server(
@@ -114,7 +122,7 @@ def build_server(
         raise ValueError(f"control_threads must be at least 1, got {control_threads}")
     interceptors = [
         BootIdInterceptor(boot_id),  # first: a refused token is answered with the boot id too
-        *([BearerTokenInterceptor(token, open_services)] if token else []),
+        *([BearerTokenInterceptor(token, open_services)] if token is not None else []),
         OpenCallLimit(max_generate_calls),
         DecodeErrorInterceptor(),
     ]

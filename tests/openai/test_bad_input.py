@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import httpx
 import openai
+import pytest
 
+from rollout.openai.server import OpenAIServer
+from rollout.server.engine_loop import EngineLoop
+from rollout.server.metrics import Metrics
 from tests.openai.openai_builders import chat_engine, openai_serving
 from tests.server.server_builders import slow_steps, wait_for
 
@@ -58,3 +62,10 @@ def test_a_stream_the_client_drops_aborts_its_request() -> None:
         after = openai.OpenAI(base_url=http.base_url, api_key="none").chat.completions.create(**CHAT)
     assert [s.finish_reason for samples in finished.values() for s in samples][0] == "abort"
     assert len(after.choices[0].model_extra["token_ids"]) <= 2
+
+
+def test_an_empty_token_is_refused_when_the_front_end_is_built() -> None:
+    """It meant no auth at all: every route open."""
+    loop = EngineLoop(chat_engine())
+    with pytest.raises(ValueError, match="^token: empty"):
+        OpenAIServer(loop, Metrics(loop), token="")

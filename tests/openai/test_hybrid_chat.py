@@ -35,7 +35,7 @@ def chat(model_type: str, prefix_caching: bool) -> tuple[list[list[int]], list[i
             lengths.append(len(prefix))
             hits.append(grpc_server.loop.stats()["num_prefix_hit_tokens"])
             messages += [reply.choices[0].message.model_dump(exclude_none=True)]
-            messages += [{"role": "tool", "content": f"sunny {turn}"}]
+            messages += [{"role": "tool", "tool_call_id": f"c{turn}", "content": f"sunny {turn}"}]
     return replies, hits, lengths
 
 

@@ -14,7 +14,7 @@ MODEL = "LlamaForCausalLM"
 ASKED = {"role": "user", "content": "weather in Paris?"}
 THOUGHT = {"role": "assistant", "reasoning_content": "need a tool", "content": "sunny"}
 FOLLOW_UP = {"role": "user", "content": "and Rome?"}
-TOOL_RESULT = {"role": "tool", "content": "rain"}
+TOOL_RESULT = {"role": "tool", "tool_call_id": "c1", "content": "rain"}
 # Qwen3's habit: an assistant turn's reasoning is written only after the last user message.
 DROPS_EARLIER_REASONING = (
     "{% set ns = namespace(last=0) %}{% for m in messages %}{% if m.role == 'user' %}"

@@ -31,7 +31,7 @@ def test_each_turns_prompt_starts_with_every_earlier_turns_prompt_and_completion
             prompts.append(reply.model_extra["prompt_token_ids"])
             completions.append(reply.choices[0].model_extra["token_ids"])
             messages += [reply.choices[0].message.model_dump(exclude_none=True)]
-            messages += [{"role": "tool", "content": f"sunny {turn}"}]
+            messages += [{"role": "tool", "tool_call_id": f"c{turn}", "content": f"sunny {turn}"}]
     for earlier, completion, later in zip(prompts, completions, prompts[1:], strict=False):
         assert later[: len(earlier) + len(completion)] == earlier + completion
     # what turn 2 appended after turn 1's sampled tokens: the template's closing of the assistant
@@ -49,7 +49,7 @@ def test_turn_k_plus_1_hits_the_prefix_cache_for_turn_ks_tokens() -> None:
         messages = [
             *USER,
             reply.choices[0].message.model_dump(exclude_none=True),
-            {"role": "tool", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ]
         next_turn(client, messages, tokens)
         hits = grpc_server.loop.stats()["num_prefix_hit_tokens"] - hits_before

@@ -6,7 +6,7 @@ import json
 
 import openai
 
-from rollout.openai.tool_parsers import parse_hermes, parse_llama3_json, parser_for_template
+from rollout.openai.tool_parsers import ParsedReply, parse_hermes, parse_llama3_json, parser_for_template
 from tests.builders import TOOL_CHAT_TEMPLATE
 from tests.openai.openai_builders import HERMES_TEMPLATE, chat_engine, openai_serving
 
@@ -22,6 +22,21 @@ def test_hermes_calls_become_tool_calls_and_the_rest_stays_content() -> None:
 def test_a_malformed_hermes_call_is_returned_as_text_never_dropped() -> None:
     text = '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
     assert parse_hermes(text).content == text and parse_hermes(text).tool_calls == []
+
+
+def test_a_call_the_front_end_would_refuse_in_a_history_stays_text() -> None:
+    """An agent sends each reply back as history, where arguments must be a JSON object in a string
+    and the name a non-empty string (message_schema.py): such a call is returned as text instead."""
+    for call in [
+        '{"name": "get_weather", "arguments": "Paris"}',
+        '{"name": "get_weather", "arguments": "[1, 2]"}',
+        '{"name": "get_weather", "arguments": [1, 2]}',
+        '{"name": "", "arguments": {}}',
+    ]:
+        text = f"<tool_call>{call}</tool_call>"
+        assert parse_hermes(text) == ParsedReply(text, []), call
+    spelled = parse_hermes('<tool_call>{"name": "f", "arguments": "{\\"x\\":1}"}</tool_call>')
+    assert spelled.tool_calls[0]["function"]["arguments"] == '{"x":1}'  # the model's own spelling
 
 
 def test_llama3_json_calls_after_the_python_tag_are_parsed() -> None:
