@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rollout.weights.lora import LoraTargets, target_weight
 from rollout.weights.manifest import WeightUpdateError, hf_name
 
-# Starts every refusal for another base, whatever carries it (a gRPC status, a group's handshake).
+# In the text of every refusal for another base, whatever carries it (a gRPC status, a group handshake).
 BASE_MISMATCH = "adapter update refused for another base, nothing written"
 
 
