@@ -66,6 +66,7 @@ class LLM:
         self._text_chars: int | None = None
         self._lock = threading.Lock()  # the engine has one driver: concurrent calls take turns
         self._writes = DirectWriteWatch(self.engine.model, self.engine.weight_version)
+        self._base_version = self.engine.adapters.base_version  # what this LLM's updates left, or as loaded
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
@@ -218,19 +219,31 @@ class LLM:
         version: int | None = None,
         in_flight: str = "wait",
         lora: LoraTargets | str | None = None,
+        base_version: int | None = None,
     ) -> int:
         """Atomic in-place update; `in_flight` ("wait" | "abort" | "keep" | "recompute") applies to
         requests left in `self.engine` (see rollout/engine/versions/in_flight.py).
 
         A PEFT model sends its adapter only (`lora="adapter"`, the default for one) or its base
         weights and adapter (`lora="full"`); named tensors with LoRA factors take `lora={module:
-        LoraTarget}` (rollout/weights/lora.py)."""
+        LoraTarget}` (rollout/weights/lora.py). An adapter merges into the base named by
+        `base_version` (default: the base this LLM's last update left, or the weights it loaded); if
+        the engine holds another (its weights written directly, `llm.engine.update_weights`),
+        BaseMismatchError and nothing changes (rollout/weights/weight_base.py)."""
         named_tensors, lora = update_source(named_tensors, lora)
         with self._lock:
+            base = self._base_version if base_version is None else base_version
             try:
-                return self.engine.update_weights(named_tensors, version, in_flight, lora)
+                version = self.engine.update_weights(named_tensors, version, in_flight, lora, base)
             finally:  # whatever was written (or rolled back) belongs to the version the engine holds
                 self._writes.seen(self.engine.weight_version)
+            self._base_version = self.engine.adapters.base_version
+            return version
+
+    @property
+    def base_version(self) -> int:
+        """The version that set the base adapters merge into (0: the weights loaded)."""
+        return self.engine.adapters.base_version
 
     @property
     def weight_version(self) -> int:

@@ -4,7 +4,8 @@ Every response of a rollout server carries its boot id (rollout/server/boot_id.p
 all its calls (generation, control, weight pushes) through channels wrapped by `track`, which records
 the id of every call when its caller reads the outcome: a result, a streamed message or an error.
 `restarts()` counts, per address, how often the id changed: a counter never goes back, so a caller
-that keeps a copy sees any restart since, even one it never made a call to.
+that keeps a copy sees any restart since, even one it never made a call to. `first()` keeps the
+process the client reached first (whose loaded weights an adapter push names before any base push).
 """
 
 from __future__ import annotations
@@ -26,11 +27,17 @@ class BootIds:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: dict[str, str] = {}
+        self._first: dict[str, str] = {}
         self._restarts: dict[str, int] = {}
 
     def latest(self) -> dict[str, str]:
         with self._lock:
             return dict(self._latest)
+
+    def first(self) -> dict[str, str]:
+        """Per address: the boot id of the first process that answered there."""
+        with self._lock:
+            return dict(self._first)
 
     def restarts(self) -> dict[str, int]:
         """Per address seen so far: how many times its boot id changed (0: the same process throughout)."""
@@ -43,6 +50,7 @@ class BootIds:
             if previous == boot_id:
                 return
             self._latest[address] = boot_id
+            self._first.setdefault(address, boot_id)
             self._restarts[address] = self._restarts.get(address, -1) + 1
         if previous is not None:
             logger.warning("rollout server %s restarted (boot id %s -> %s)", address, previous, boot_id)

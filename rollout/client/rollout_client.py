@@ -288,7 +288,7 @@ class RolloutClient:
         if self._weight_pusher is None:
             from rollout.client.weight_push import WeightPusher  # torch only when weights move
 
-            self._weight_pusher = WeightPusher(self.channels, self.metadata)
+            self._weight_pusher = WeightPusher(self.channels, self.metadata, self.boot_ids)
         return self._weight_pusher
 
     def update_weights(
@@ -296,7 +296,8 @@ class RolloutClient:
     ) -> int:
         """Pushes weights to every server (see rollout.client.weight_push); returns the new version.
 
-        A PEFT model sends its adapter only (`lora="full"`: base weights too)."""
+        A PEFT model sends its adapter only (`lora="full"`: base weights too), naming the base each
+        server holds as this client last left it (or as loaded); a server holding another refuses it."""
         from rollout.client.weight_push import push_weights
 
         return push_weights(self, model_or_named_tensors, transport, version, **kwargs)

@@ -1,8 +1,9 @@
 """Trainer side of weight updates: push a model's weights to every server of a client.
 
-`WeightPusher` holds what lives across updates (the torch.distributed group) and talks to each
-server over its own channel, all servers at once; `push_weights` is the entry point the client's
-`update_weights` uses. A server that fails is named by address in `WeightSyncError`.
+`WeightPusher` holds what lives across updates (the torch.distributed group, the base each server
+holds: base_pins.py) and talks to each server over its own channel, all servers at once;
+`push_weights` is the entry point the client's `update_weights` uses. A server that fails is named
+by address in `WeightSyncError`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import grpc
 import torch
 from torch import nn
 
+from rollout.client.base_pins import BasePins
+from rollout.client.boot_ids import BootIds
+from rollout.client.weight_sync_error import WeightSyncError, describe, future_failures
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
 from rollout.protocol.shared_wire import this_host, views_to_proto
 from rollout.protocol.weights_wire import (
     DEFAULT_GROUP_TIMEOUT_S,
     backend_to_proto,
+    base_to_proto,
     commit_options,
     manifest_to_proto,
 )
@@ -34,36 +39,27 @@ from rollout.weights.lora_export import update_source
 from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
 from rollout.weights.shared import share_tensors
 from rollout.weights.streaming import DEFAULT_CHUNK_BYTES, iter_byte_chunks
+from rollout.weights.weight_base import relies_on_held_base
 
 TRANSPORTS = ("grpc", "distributed", "disk", "shared")
 Metadata = Sequence[tuple[str, str]]
-
-
-class WeightSyncError(RuntimeError):
-    """Some servers did not take the update; `failures` maps each one's address to why.
-
-    A server whose call failed at its deadline may still have committed at the last instant; push
-    again with `update_id=error.update_id` (or the same explicit `version=` and tensors) and a server
-    that has it answers with its version without applying it twice.
-    """
-
-    def __init__(
-        self, failures: Mapping[str, str], versions: Mapping[str, int] | None = None, update_id: str = ""
-    ) -> None:
-        self.failures = dict(failures)
-        self.versions = dict(versions or {})
-        self.update_id = update_id
-        lines = [f"{address}: {why}" for address, why in self.failures.items()]
-        done = f"; updated: {self.versions}" if self.versions else ""
-        super().__init__(
-            f"weight update failed on {len(self.failures)} server(s): " + "; ".join(lines) + done
-        )
+__all__ = ["TRANSPORTS", "WeightPusher", "WeightSyncError", "push_weights", "pusher_for", "stream_requests"]
 
 
 class WeightPusher:
-    """Pushes weights to the servers behind `channels` ({address: channel}); one per client."""
+    """Pushes weights to the servers behind `channels` ({address: channel}); one per client.
 
-    def __init__(self, channels: Mapping[str, grpc.Channel], metadata: Metadata | None = None) -> None:
+    `bases` pins the base each server holds after this pusher's updates, and an adapter push names
+    it (base_pins.py); `boot_ids`: the client's, whose first process per address is the one whose
+    loaded weights an adapter push names before any base push.
+    """
+
+    def __init__(
+        self,
+        channels: Mapping[str, grpc.Channel],
+        metadata: Metadata | None = None,
+        boot_ids: BootIds | None = None,
+    ) -> None:
         if not channels:
             raise ValueError("channels: at least one server is needed")
         self._stubs = {
@@ -71,6 +67,7 @@ class WeightPusher:
         }
         self._metadata = tuple(metadata or ())
         self._group: WeightGroup | None = None
+        self.bases = BasePins(channels, self._metadata, boot_ids)
 
     @property
     def addresses(self) -> list[str]:
@@ -94,6 +91,9 @@ class WeightPusher:
         for a server that does not hold this base yet); tensors with LoRA factors take
         `lora={module: LoraTarget}` (rollout/weights/lora_export.py, rollout/weights/lora.py).
 
+        An adapter push names, per server, the base pinned for it (`bases`); a server holding another
+        (restarted, or a full update from elsewhere since) refuses it, FAILED_PRECONDITION.
+
         `in_flight` ("wait" | "abort" | "keep" | "recompute") is what each server does to the
         requests generating when it commits (rollout/engine/versions/in_flight.py). `update_id` names the
         update for retries (default: a fresh id); a server that already committed that id answers
@@ -104,8 +104,10 @@ class WeightPusher:
         named, lora = (None, lora) if model_or_named_tensors is None else _named(model_or_named_tensors, lora)
         if named is None and transport != "disk":
             raise ValueError(f"model_or_named_tensors: required for the {transport} transport")
-        options = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex, lora)
+        common = commit_options(version, abort_running, in_flight, update_id or uuid.uuid4().hex, lora)
+        relies = bool(lora) and (named is None or relies_on_held_base((n for n, _ in named), lora))
         try:
+            options = self._options_per_server(common, relies)
             if transport == "grpc":
                 return self.push_grpc(named, options, **kwargs)
             if transport == "distributed":
@@ -114,36 +116,51 @@ class WeightPusher:
                 return self.push_shared(named, options, **kwargs)
             return self.push_disk(named, options, **kwargs)
         except WeightSyncError as err:
-            err.update_id = options.update_id
+            err.update_id = common.update_id
             raise
 
     # ---- grpc -----------------------------------------------------------------------------------
 
+    def _options_per_server(
+        self, common: weights_pb2.CommitOptions, relies: bool
+    ) -> dict[str, weights_pb2.CommitOptions]:
+        """`common`, naming each server's pinned base when the update relies on the base held."""
+        options, failures = {}, {}
+        for address in self.addresses:
+            options[address] = one = weights_pb2.CommitOptions()
+            one.CopyFrom(common)
+            try:
+                if relies:
+                    one.base.CopyFrom(base_to_proto(self.bases.named(address)))
+            except grpc.RpcError as err:
+                failures[address] = describe(err)
+        if failures:
+            raise WeightSyncError(failures)
+        return options
+
     def push_grpc(
         self,
         named: list[tuple[str, torch.Tensor]],
-        options: weights_pb2.CommitOptions,
+        options: Mapping[str, weights_pb2.CommitOptions],
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         timeout_s: float | None = None,
     ) -> int:
         """Streams the tensors to each server in chunks of at most `chunk_bytes`."""
-        header = weights_pb2.WeightUpdateHeader(
-            manifest=manifest_to_proto(Manifest.of(named)), options=options
-        )
+        manifest = manifest_to_proto(Manifest.of(named))
 
-        def push_one(address: str) -> int:
+        def push_one(address: str) -> Any:
+            header = weights_pb2.WeightUpdateHeader(manifest=manifest, options=options[address])
             requests = stream_requests(header, named, chunk_bytes)
-            call = self._stubs[address].UpdateWeights
-            return call(requests, timeout=timeout_s, metadata=self._metadata).weight_version
+            return self._stubs[address].UpdateWeights(requests, timeout=timeout_s, metadata=self._metadata)
 
-        return _on_every_server(self.addresses, push_one)
+        return self._on_every_server(push_one)
 
     # ---- shared memory / CUDA IPC (same machine) ---------------------------------------------------
 
     def push_shared(
         self,
         named: list[tuple[str, torch.Tensor]],
-        options: weights_pb2.CommitOptions,
+        options: Mapping[str, weights_pb2.CommitOptions],
         timeout_s: float | None = None,
     ) -> int:
         """Shares the tensors' storage in place and has every server (on this machine) copy from it.
@@ -151,22 +168,23 @@ class WeightPusher:
         CPU tensors move once into shared memory and stay there (later pushes share them again for
         free); CUDA tensors are shared as IPC handles. Leave them unchanged until this returns.
         """
-        request = weights_pb2.UpdateWeightsFromSharedRequest(
-            tensors=views_to_proto(share_tensors(named)), options=options, host=this_host()
-        )
+        tensors, host = views_to_proto(share_tensors(named)), this_host()
 
-        def push_one(address: str) -> int:
+        def push_one(address: str) -> Any:
+            request = weights_pb2.UpdateWeightsFromSharedRequest(
+                tensors=tensors, options=options[address], host=host
+            )
             call = self._stubs[address].UpdateWeightsFromShared
-            return call(request, timeout=timeout_s, metadata=self._metadata).weight_version
+            return call(request, timeout=timeout_s, metadata=self._metadata)
 
-        return _on_every_server(self.addresses, push_one)
+        return self._on_every_server(push_one)
 
     # ---- disk ---------------------------------------------------------------------------------
 
     def push_disk(
         self,
         named: list[tuple[str, torch.Tensor]] | None,
-        options: weights_pb2.CommitOptions,
+        options: Mapping[str, weights_pb2.CommitOptions],
         path: str | os.PathLike | None = None,
         server_path: str | None = None,
         max_shard_bytes: int | None = None,
@@ -180,13 +198,15 @@ class WeightPusher:
             raise ValueError("path: the disk transport needs a checkpoint directory")
         if named is not None:
             save_checkpoint(named, path, max_shard_bytes)
-        request = weights_pb2.UpdateWeightsFromDiskRequest(path=str(server_path or path), options=options)
 
-        def push_one(address: str) -> int:
+        def push_one(address: str) -> Any:
+            request = weights_pb2.UpdateWeightsFromDiskRequest(
+                path=str(server_path or path), options=options[address]
+            )
             call = self._stubs[address].UpdateWeightsFromDisk
-            return call(request, timeout=timeout_s, metadata=self._metadata).weight_version
+            return call(request, timeout=timeout_s, metadata=self._metadata)
 
-        return _on_every_server(self.addresses, push_one)
+        return self._on_every_server(push_one)
 
     # ---- torch.distributed ----------------------------------------------------------------------
 
@@ -213,8 +233,8 @@ class WeightPusher:
         try:
             group = WeightGroup(spec, store, device)
         except Exception as err:
-            raise WeightSyncError(_future_failures(futures) or dict.fromkeys(futures, str(err))) from err
-        failures = _future_failures(futures, wait=True)
+            raise WeightSyncError(future_failures(futures) or dict.fromkeys(futures, str(err))) from err
+        failures = future_failures(futures, wait=True)
         if failures:
             group.close()
             raise WeightSyncError(failures)
@@ -223,7 +243,7 @@ class WeightPusher:
     def push_distributed(
         self,
         named: list[tuple[str, torch.Tensor]],
-        options: weights_pb2.CommitOptions,
+        options: Mapping[str, weights_pb2.CommitOptions],
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **group_kwargs: Any,
     ) -> int:
@@ -233,14 +253,14 @@ class WeightPusher:
         group = self._group
         manifest = Manifest.of(named)
         update_id = uuid.uuid4().hex
-        request = weights_pb2.UpdateWeightsFromGroupRequest(
-            manifest=manifest_to_proto(manifest),
-            options=options,
-            update_id=update_id,
-            bucket_bytes=bucket_bytes,
-        )
+        wire_manifest = manifest_to_proto(manifest)
         futures = {
-            a: self._stubs[a].UpdateWeightsFromGroup.future(request, metadata=self._metadata)
+            a: self._stubs[a].UpdateWeightsFromGroup.future(
+                weights_pb2.UpdateWeightsFromGroupRequest(
+                    manifest=wire_manifest, options=options[a], update_id=update_id, bucket_bytes=bucket_bytes
+                ),
+                metadata=self._metadata,
+            )
             for a in self._stubs
         }
         refusals, lost = self._await_ready(group, update_id, futures)
@@ -255,8 +275,8 @@ class WeightPusher:
                 group.broadcast(pack(bucket, tensors, group.device))
         except Exception as err:
             self.close_group()  # a collective that failed midway leaves the group unusable
-            raise WeightSyncError(_future_failures(futures) or dict.fromkeys(futures, str(err))) from err
-        return _raise_on_failures(futures)
+            raise WeightSyncError(future_failures(futures) or dict.fromkeys(futures, str(err))) from err
+        return self._settle(futures)
 
     def close_group(self) -> None:
         """Leaves the broadcast group (servers replace theirs on the next InitWeightGroup)."""
@@ -287,7 +307,7 @@ class WeightPusher:
         deadline = time.monotonic() + group.spec.timeout_s
         while True:
             answers = {ranks[rank]: answer for rank, answer in group.answers(update_id).items()}
-            lost = _future_failures({a: f for a, f in futures.items() if a not in answers and f.done()})
+            lost = future_failures({a: f for a, f in futures.items() if a not in answers and f.done()})
             refusals = {a: why for a, why in answers.items() if why != READY_OK}
             if len(answers) + len(lost) == len(ranks):
                 return refusals, lost
@@ -298,6 +318,24 @@ class WeightPusher:
                     **dict.fromkeys(silent, f"no answer within {group.spec.timeout_s}s"),
                 }
             time.sleep(0.002)
+
+    def _on_every_server(self, push_one: Callable[[str], Any]) -> int:
+        """Runs `push_one` (a response) for every server concurrently; raises naming each failed server."""
+        with ThreadPoolExecutor(max_workers=len(self.addresses)) as pool:
+            futures = {address: pool.submit(push_one, address) for address in self.addresses}
+        return self._settle(futures)
+
+    def _settle(self, futures: Mapping[str, Any]) -> int:
+        """Waits for every server and pins the base each that committed holds now; raises naming the
+        failed ones, else returns the highest version."""
+        failures = future_failures(futures, wait=True)
+        results = {a: f.result() for a, f in futures.items() if a not in failures}
+        for address, response in results.items():
+            self.bases.record(address, response)
+        versions = {a: r.weight_version for a, r in results.items()}
+        if failures:
+            raise WeightSyncError(failures, versions)
+        return max(versions.values())
 
 
 def push_weights(
@@ -333,37 +371,3 @@ def stream_requests(
     yield weights_pb2.UpdateWeightsRequest(header=header)
     for offset, data in iter_byte_chunks((tensor for _, tensor in named), chunk_bytes):
         yield weights_pb2.UpdateWeightsRequest(chunk=weights_pb2.WeightChunk(offset=offset, data=data))
-
-
-def _on_every_server(addresses: list[str], push_one: Callable[[str], int]) -> int:
-    """Runs `push_one` for every server concurrently; raises naming each failed server."""
-    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
-        futures = {address: pool.submit(push_one, address) for address in addresses}
-    return _raise_on_failures(futures)
-
-
-def _raise_on_failures(futures: Mapping[str, Any]) -> int:
-    """Waits for every server; raises naming the failed ones, else returns the highest version."""
-    failures = _future_failures(futures, wait=True)
-    results = {a: f.result() for a, f in futures.items() if a not in failures}
-    versions = {a: getattr(r, "weight_version", r) for a, r in results.items()}
-    if failures:
-        raise WeightSyncError(failures, versions)
-    return max(versions.values())
-
-
-def _future_failures(futures: Mapping[str, Any], wait: bool = False) -> dict[str, str]:
-    failures = {}
-    for address, future in futures.items():
-        if not wait and not future.done():
-            continue
-        error = future.exception()
-        if error is not None:
-            failures[address] = _describe(error)
-    return failures
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
-        return f"{error.code().name}: {error.details()}"
-    return f"{type(error).__name__}: {error}"

@@ -46,6 +46,7 @@ from rollout.structured.request_grammars import RequestGrammars
 from rollout.weights.adapter_store import AdapterPlan, AdapterStore
 from rollout.weights.lora import LoraTargets
 from rollout.weights.manifest import NamedTensors
+from rollout.weights.updater import check_next_version
 
 
 class LLMEngine:
@@ -429,30 +430,26 @@ class LLMEngine:
         version: int | None = None,
         in_flight: str = "wait",
         lora: LoraTargets | None = None,
+        base_version: int | None = None,
     ) -> int:
         """Writes the tensors in place, atomically (all validated first), then commits a new version.
 
         Call it between two `step()`s. `in_flight` says what happens to unfinished requests
         (rollout/engine/versions/in_flight.py); "wait" refuses while there are any. `lora` names the
         modules whose LoRA factors (`<module>.lora_A.weight`, `.lora_B.weight`) the update carries;
-        each serves its base weight plus the adapter, merged (rollout/weights/adapter_store.py).
+        each serves base + adapter, merged into the held base `base_version` names (weights/weight_base.py).
         """
         policy = InFlightPolicy(in_flight, self.config.max_staleness)
-        if policy.needs_idle and self.has_unfinished_requests():
-            raise RuntimeError(
-                "update_weights needs an idle engine: drain or abort the unfinished requests first, "
-                'or pass in_flight="abort" | "keep" | "recompute"'
-            )
-        from rollout.weights.updater import check_next_version
-
+        policy.check_idle(self.has_unfinished_requests())
         check_next_version(self._weight_version, version)  # a bad version must refuse before any write
         plan = self._adapter_plan(named_tensors, lora)
+        self.adapters.check_base(plan, base_version)
         if self.config.self_check_updates:  # rolled back unless the engine still matches the model
             checked_update.apply_checked(self.local_runner, plan.tensors, self.max_model_len)
         else:
             self.runner.write_weights(plan)
-        self.adapters.commit(plan)
-        version = self.commit_weight_version(version)
+        version = self.commit_weight_version(version, replaces_base=False)
+        self.adapters.commit(plan, version)
         self._apply_in_flight(policy.plan(list(self.requests.values()), version))
         return version
 
@@ -473,13 +470,16 @@ class LLMEngine:
         self.last_in_flight = plan.report
         self.in_flight_totals.add(plan.report)
 
-    def commit_weight_version(self, version: int | None = None) -> int:
+    def commit_weight_version(self, version: int | None = None, replaces_base: bool = True) -> int:
+        """A new version; after writing into the model directly, a new base too (weights/weight_base.py)."""
         if version is None:
             version = self._weight_version + 1
         if version <= self._weight_version:
             raise ValueError(f"version must increase: current {self._weight_version}, got {version}")
         self._weight_version = version
         self.block_manager.set_weight_version(version)
+        if replaces_base:
+            self.adapters.base_version = version
         return version
 
     def shutdown(self) -> None:

@@ -7,8 +7,10 @@ and the commit options the same way.
 from __future__ import annotations
 
 from rollout.protocol.generated import weights_pb2
+from rollout.weights.group import GroupSpec
 from rollout.weights.lora import LoraTarget, LoraTargets
 from rollout.weights.manifest import Manifest, TensorSpec
+from rollout.weights.weight_base import WeightBase
 
 GROUP_BACKENDS = {
     weights_pb2.WEIGHT_GROUP_BACKEND_UNSPECIFIED: "gloo",
@@ -40,6 +42,7 @@ def commit_options(
     in_flight: str = "wait",
     update_id: str = "",
     lora: LoraTargets | None = None,
+    base: WeightBase | None = None,
 ) -> weights_pb2.CommitOptions:
     if in_flight not in IN_FLIGHT_TO_PB:
         raise ValueError(f"in_flight must be one of {tuple(IN_FLIGHT_TO_PB)}, got {in_flight!r}")
@@ -49,7 +52,21 @@ def commit_options(
         in_flight=IN_FLIGHT_TO_PB[in_flight],
         update_id=update_id,
         lora_targets=lora_targets_to_proto(lora or {}),
+        base=None if base is None else base_to_proto(base),
     )
+
+
+def base_to_proto(base: WeightBase) -> weights_pb2.WeightBase:
+    return weights_pb2.WeightBase(boot_id=base.boot_id, version=base.version)
+
+
+def base_from_proto(message: weights_pb2.WeightBase) -> WeightBase:
+    return WeightBase(message.boot_id, message.version)
+
+
+def named_base(options: weights_pb2.CommitOptions) -> WeightBase | None:
+    """The base an update names (CommitOptions.base), or None."""
+    return base_from_proto(options.base) if options.HasField("base") else None
 
 
 def lora_targets_to_proto(lora: LoraTargets) -> list[weights_pb2.LoraTarget]:
@@ -91,3 +108,18 @@ def backend_to_proto(backend: str) -> int:
     return {"gloo": weights_pb2.WEIGHT_GROUP_BACKEND_GLOO, "nccl": weights_pb2.WEIGHT_GROUP_BACKEND_NCCL}[
         backend
     ]
+
+
+def group_spec_from_proto(request: weights_pb2.InitWeightGroupRequest, timeout_s: float) -> GroupSpec:
+    """A server's side of the group; ValueError for rank 0 (the trainer's)."""
+    spec = GroupSpec(
+        master_addr=request.master_addr,
+        master_port=request.master_port,
+        world_size=request.world_size,
+        rank=request.rank,
+        backend=GROUP_BACKENDS[request.backend],
+        timeout_s=timeout_s,
+    )
+    if spec.rank == 0:
+        raise ValueError("rank must be in [1, world_size): rank 0 is the trainer")
+    return spec

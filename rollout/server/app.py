@@ -31,7 +31,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 DEFAULT_MAX_GENERATE_CALLS = 256
 DEFAULT_CONTROL_THREADS = 32  # health, metrics, admin and weight-sync calls: never taken by generate calls
 HEALTH_SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-ServicerHook = Callable[[grpc.Server, EngineLoop], None]
+ServicerHook = Callable[[grpc.Server, EngineLoop, str], None]  # (server, its loop, its boot id)
 OPEN_SERVICES = (HEALTH_SERVICE_NAME, V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME)
 
 
@@ -132,7 +132,7 @@ def build_server(
         RolloutServicer(engine_loop, metrics or Metrics(engine_loop), boot_id), server
     )
     for hook in extra_servicers:
-        hook(server, engine_loop)
+        hook(server, engine_loop, boot_id)
     health_servicer = health_servicer or health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [SERVICE_NAME, *extra_service_names]

@@ -18,12 +18,13 @@ import grpc
 import torch
 
 from rollout.protocol.generated import weights_pb2
-from rollout.protocol.weights_wire import in_flight_policy, lora_targets, requested_version
+from rollout.protocol.weights_wire import in_flight_policy, lora_targets, named_base, requested_version
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.loop_jobs import wait_job
 from rollout.weights.ledger import UpdateLedger, equals_model
 from rollout.weights.lora import LoraTargets
 from rollout.weights.updater import check_next_version
+from rollout.weights.weight_base import WeightBase, check_base, relies_on_held_base
 
 
 class CallerGoneError(Exception):
@@ -62,6 +63,16 @@ class UpdateRequest:
         """The LoRA adapters the update carries by module (rollout/weights/lora.py); None: none."""
         return lora_targets(self.options)
 
+    @property
+    def base(self) -> WeightBase | None:
+        """The base the update's adapters merge into, if it names one (rollout/weights/weight_base.py)."""
+        return named_base(self.options)
+
+
+def held_base(engine: Any, boot_id: str) -> WeightBase:
+    """The base `engine` holds, as the server process `boot_id` names it."""
+    return WeightBase(boot_id, engine.adapters.base_version)
+
 
 def precheck_version(engine: Any, ledger: UpdateLedger, request: UpdateRequest) -> int | None:
     """Refuses a version that can never commit, before any byte is received.
@@ -84,27 +95,34 @@ def commit_for_call(
     request: UpdateRequest,
     tensors: dict[str, torch.Tensor],
     context: grpc.ServicerContext,
-) -> int:
-    """Commits `tensors` under the request's in-flight policy and returns the version serving after it.
+    boot_id: str = "",
+) -> tuple[int, WeightBase]:
+    """Commits `tensors` under the request's in-flight policy; returns the version serving after it
+    and the base then held (server process `boot_id`).
 
     "wait" commits once the engine is idle; "abort", "keep" and "recompute" at the next step boundary.
-    TimeoutError if the commit could not run before the call's deadline; CallerGoneError if the call
-    ended first. In both cases the job never ran.
+    The base the request names is checked on the loop thread, the engine's only writer, right before
+    the write (BaseMismatchError). TimeoutError if the commit could not run before the call's deadline;
+    CallerGoneError if the call ended first. In both cases the job never ran.
     """
 
-    def commit(engine: Any) -> int:
+    def commit(engine: Any) -> tuple[int, WeightBase]:
         if not context.is_active():
             raise CallerGoneError("the call ended before its commit; nothing was written")
         known = ledger.version_of(request.update_id)
         if known is not None:
-            return known
+            return known, held_base(engine, boot_id)
+        check_base(request.base, held_base(engine, boot_id), relies_on_held_base(tensors, lora))
         if ledger.is_retry_of_current(request.version, engine.weight_version) and equals_model(
             engine.model, engine.resolve_update(tensors, lora)
         ):
-            return engine.weight_version
-        version = engine.update_weights(tensors, request.version, in_flight=policy, lora=lora)
+            return engine.weight_version, held_base(engine, boot_id)
+        named = request.base.version if request.base is not None else None
+        version = engine.update_weights(
+            tensors, request.version, in_flight=policy, lora=lora, base_version=named
+        )
         ledger.record(request.update_id, version)
-        return version
+        return version, held_base(engine, boot_id)
 
     policy, lora = request.in_flight, request.lora
     if policy == "wait":

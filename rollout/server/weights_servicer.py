@@ -6,7 +6,8 @@ on the engine loop's thread as a job bound to the RPC (`update_commit.py`: dropp
 leaves or its deadline passes first; a retried update id is answered, not re-applied). The in-flight
 policy "wait" commits as an exclusive job (running requests drain or are aborted first); "abort",
 "keep" and "recompute" commit between two engine steps. Every wait on a peer has an idle timeout.
-Errors before the commit leave the model untouched.
+Errors before the commit leave the model untouched. An adapter update whose adapters merge into the
+held base must name it (this process's boot id and base version); another base is FAILED_PRECONDITION.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
 from rollout.protocol.shared_wire import manifest_of, views_from_proto
 from rollout.protocol.weights_wire import (
     DEFAULT_GROUP_TIMEOUT_S,
-    GROUP_BACKENDS,
+    base_to_proto,
+    group_spec_from_proto,
     manifest_from_proto,
 )
 from rollout.server.idle_stream import IdleTimeoutStream
@@ -35,16 +37,18 @@ from rollout.server.update_commit import (
     UpdateRequest,
     commit_for_call,
     deadline_seconds,
+    held_base,
     precheck_version,
 )
 from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, empty_bucket, plan_buckets, unpack
 from rollout.weights.disk import load_checkpoint
-from rollout.weights.group import GroupSpec, WeightGroup
+from rollout.weights.group import WeightGroup
 from rollout.weights.ledger import UpdateLedger
 from rollout.weights.lora import validate_update
 from rollout.weights.manifest import Manifest, WeightUpdateError, model_targets
 from rollout.weights.shared import open_view
 from rollout.weights.updater import StagedWeights
+from rollout.weights.weight_base import BaseMismatchError, WeightBase, check_base, relies_on_held_base
 
 SERVICE_NAME = weights_pb2.DESCRIPTOR.services_by_name["WeightSyncService"].full_name
 
@@ -57,12 +61,16 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
 
     `idle_timeout_s` bounds every wait on a peer: a gap between two messages of an update stream,
     and the group's join, handshake and broadcasts (a longer `timeout_s` in a request is capped).
+    `boot_id` is this server process's, which the bases it holds are named by (weight_base.py).
     """
 
-    def __init__(self, loop: ExclusiveSubmitter, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+    def __init__(
+        self, loop: ExclusiveSubmitter, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, boot_id: str = ""
+    ) -> None:
         if idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be > 0, got {idle_timeout_s}")
         self._loop = loop
+        self._boot_id = boot_id
         self._idle_timeout_s = idle_timeout_s
         self._update_lock = threading.Lock()
         self._ledger = UpdateLedger()
@@ -79,15 +87,18 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
                 header = _first_header(messages)
                 manifest = manifest_from_proto(header.manifest)
                 update = UpdateRequest(header.options)
-                version = self._precheck(manifest, update)
+                version, base = self._precheck(manifest, update), self._held()
                 if version is None:
                     staged = StagedWeights(manifest)
                     _receive_chunks(messages, staged, context)
-                    version = self._commit(staged.named_tensors(), update, context)
+                    version, base = self._commit(staged.named_tensors(), update, context)
         finally:
             messages.close()
         return weights_pb2.UpdateWeightsResponse(
-            weight_version=version, num_tensors=len(manifest), num_bytes=manifest.nbytes
+            weight_version=version,
+            num_tensors=len(manifest),
+            num_bytes=manifest.nbytes,
+            base=base_to_proto(base),
         )
 
     # ---- torch.distributed ----------------------------------------------------------------------
@@ -95,7 +106,7 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
     def InitWeightGroup(self, request: weights_pb2.InitWeightGroupRequest, context: grpc.ServicerContext):
         with _status(context):
             timeout_s = min(request.timeout_s or DEFAULT_GROUP_TIMEOUT_S, self._idle_timeout_s)
-            spec = _group_spec(request, timeout_s)
+            spec = group_spec_from_proto(request, timeout_s)
             self._close_group()
             device = _model_device(self._loop.engine) if spec.backend == "nccl" else torch.device("cpu")
             self._group = WeightGroup.join(spec, device)
@@ -111,16 +122,16 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             manifest = manifest_from_proto(request.manifest)
             update = UpdateRequest(request.options)
             refusal = self._refusal(manifest, update)
-            group.report_ready(request.update_id, refusal)
+            group.report_ready(request.update_id, None if refusal is None else str(refusal))
             if refusal is not None:
-                raise WeightUpdateError(refusal)
+                raise refusal
             if not group.wait_go(request.update_id):
                 context.abort(
                     grpc.StatusCode.ABORTED, "the trainer called the update off (another server refused it)"
                 )
             tensors = _receive_buckets(group, manifest, request.bucket_bytes or DEFAULT_BUCKET_BYTES)
-            version = self._commit(tensors, update, context)
-        return weights_pb2.UpdateWeightsFromGroupResponse(weight_version=version)
+            version, base = self._commit(tensors, update, context)
+        return weights_pb2.UpdateWeightsFromGroupResponse(weight_version=version, base=base_to_proto(base))
 
     def CloseWeightGroup(self, request: weights_pb2.CloseWeightGroupRequest, context: grpc.ServicerContext):
         self._close_group()
@@ -133,14 +144,16 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
     ):
         with _status(context), self._one_update(context):
             update = UpdateRequest(request.options)
-            version = precheck_version(self._loop.engine, self._ledger, update)
+            version, base = precheck_version(self._loop.engine, self._ledger, update), self._held()
             if version is None:
                 tensors = load_checkpoint(request.path)
                 self._precheck(Manifest.of(tensors), update)
-                version = self._commit(tensors, update, context)
+                version, base = self._commit(tensors, update, context)
             else:
                 tensors = {}
-        return weights_pb2.UpdateWeightsFromDiskResponse(weight_version=version, num_tensors=len(tensors))
+        return weights_pb2.UpdateWeightsFromDiskResponse(
+            weight_version=version, num_tensors=len(tensors), base=base_to_proto(base)
+        )
 
     # ---- shared memory / CUDA IPC (same machine) ---------------------------------------------------
 
@@ -152,14 +165,17 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             views = views_from_proto(request.tensors)
             manifest = manifest_of(views)
             update = UpdateRequest(request.options)
-            version = self._precheck(manifest, update)
+            version, base = self._precheck(manifest, update), self._held()
             if version is None:
                 # mapped, not copied: the commit copies from the trainer's memory into the parameters
                 tensors = {view.spec.name: open_view(view) for view in views}
-                version = self._commit(tensors, update, context)
+                version, base = self._commit(tensors, update, context)
                 del tensors  # unmaps now, not at the next collection
         return weights_pb2.UpdateWeightsFromSharedResponse(
-            weight_version=version, num_tensors=len(manifest), num_bytes=manifest.nbytes
+            weight_version=version,
+            num_tensors=len(manifest),
+            num_bytes=manifest.nbytes,
+            base=base_to_proto(base),
         )
 
     # ---- common to every transport ---------------------------------------------------------------
@@ -178,22 +194,30 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             self._update_lock.release()
 
     def _precheck(self, manifest: Manifest, update: UpdateRequest) -> int | None:
-        """Refuses a bad manifest or version before any byte is received; returns the version a
+        """Refuses a bad manifest, version or base before any byte is received; returns the version a
         retried update id already set (nothing to receive then), else None."""
         engine = self._loop.engine
         known = precheck_version(engine, self._ledger, update)
         validate_update(manifest, model_targets(engine.model), update.lora)
+        if known is None:  # checked again on the loop thread at the commit
+            relies = relies_on_held_base((spec.name for spec in manifest.tensors), update.lora)
+            check_base(update.base, self._held(), relies)
         return known
 
-    def _refusal(self, manifest: Manifest, update: UpdateRequest) -> str | None:
+    def _refusal(self, manifest: Manifest, update: UpdateRequest) -> Exception | None:
         try:
             self._precheck(manifest, update)
-        except WeightUpdateError as err:
-            return str(err)
+        except (WeightUpdateError, BaseMismatchError) as err:
+            return err
         return None
 
-    def _commit(self, tensors: dict[str, torch.Tensor], update: UpdateRequest, context) -> int:
-        return commit_for_call(self._loop, self._ledger, update, tensors, context)
+    def _held(self) -> WeightBase:
+        return held_base(self._loop.engine, self._boot_id)
+
+    def _commit(
+        self, tensors: dict[str, torch.Tensor], update: UpdateRequest, context
+    ) -> tuple[int, WeightBase]:
+        return commit_for_call(self._loop, self._ledger, update, tensors, context, self._boot_id)
 
     def _close_group(self) -> None:
         group, self._group = self._group, None
@@ -202,20 +226,23 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
 
 
 def register_weight_sync(
-    server: grpc.Server, loop: ExclusiveSubmitter, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    server: grpc.Server,
+    loop: ExclusiveSubmitter,
+    boot_id: str = "",
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> WeightSyncServicer:
-    """Adds the WeightSyncService to `server` (a `build_server` extra_servicers hook; list
-    SERVICE_NAME in extra_service_names for reflection and health)."""
-    servicer = WeightSyncServicer(loop, idle_timeout_s)
+    """Adds the WeightSyncService to `server` (a `build_server` extra_servicers hook, which passes the
+    server's boot id; list SERVICE_NAME in extra_service_names for reflection and health)."""
+    servicer = WeightSyncServicer(loop, idle_timeout_s, boot_id)
     weights_pb2_grpc.add_WeightSyncServiceServicer_to_server(servicer, server)
     return servicer
 
 
 def weight_sync_hook(
     idle_timeout_s: float,
-) -> Callable[[grpc.Server, ExclusiveSubmitter], WeightSyncServicer]:
+) -> Callable[[grpc.Server, ExclusiveSubmitter, str], WeightSyncServicer]:
     """`register_weight_sync` with another idle timeout, as a `build_server` hook."""
-    return lambda server, loop: register_weight_sync(server, loop, idle_timeout_s)
+    return lambda server, loop, boot_id: register_weight_sync(server, loop, boot_id, idle_timeout_s)
 
 
 def _first_header(requests: Iterator[weights_pb2.UpdateWeightsRequest]) -> weights_pb2.WeightUpdateHeader:
@@ -252,26 +279,13 @@ def _receive_buckets(group: WeightGroup, manifest: Manifest, bucket_bytes: int) 
     return tensors
 
 
-def _group_spec(request: weights_pb2.InitWeightGroupRequest, timeout_s: float) -> GroupSpec:
-    spec = GroupSpec(
-        master_addr=request.master_addr,
-        master_port=request.master_port,
-        world_size=request.world_size,
-        rank=request.rank,
-        backend=GROUP_BACKENDS[request.backend],
-        timeout_s=timeout_s,
-    )
-    if spec.rank == 0:
-        raise ValueError("rank must be in [1, world_size): rank 0 is the trainer")
-    return spec
-
-
 def _model_device(engine: Any) -> torch.device:
     return next(engine.model.parameters()).device
 
 
 _STATUS_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (WeightUpdateError, grpc.StatusCode.INVALID_ARGUMENT),
+    (BaseMismatchError, grpc.StatusCode.FAILED_PRECONDITION),
     (CallerGoneError, grpc.StatusCode.CANCELLED),
     (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),

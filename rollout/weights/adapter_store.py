@@ -5,6 +5,8 @@ the engine runs the plain model: same kernels, CUDA graphs, self-check. The stor
 module's base weight so the next adapter is merged into the base, never into the previous merge
 (subtracting the old delta would drift by a rounding each push). A copy exists only while its module
 has an adapter; pushing a module's weight without an adapter ends its adapter (docs/weight_updates.md).
+The store also knows which base that is (`base_version`): an update whose adapters merge into it must
+name it, and any other update replaces it (weight_base.py).
 Under tensor parallelism every rank keeps its own store over its own shards: it merges the full
 delta's slice into its base shard, so each rank holds the slice of what one device would serve.
 """
@@ -27,6 +29,7 @@ from rollout.weights.manifest import (
     normalize_name,
 )
 from rollout.weights.shards import local_shard, local_tensor, sharded_like
+from rollout.weights.weight_base import WeightBase, check_base, relies_on_held_base
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class AdapterPlan:
     dropped: tuple[str, ...] = ()  # weights whose adapter this update ends
     sent: list[tuple[str, torch.Tensor]] = field(default_factory=list)
     lora: LoraTargets | None = None
+    relies_on_base: bool = False  # some adapter merges into the held base (not one pushed with it)
 
 
 class AdapterStore:
@@ -48,6 +52,7 @@ class AdapterStore:
 
     def __init__(self) -> None:
         self._bases: dict[str, torch.Tensor] = {}
+        self.base_version = 0  # the version that set the base adapters merge into (0: the weights loaded)
 
     @property
     def adapted(self) -> list[str]:
@@ -66,8 +71,9 @@ class AdapterStore:
         items = list(iter_named_tensors(named_tensors))
         targets = model_targets(model)
         factors = validate_update(Manifest(tuple(TensorSpec.of(n, t) for n, t in items)), targets, lora)
+        relies = relies_on_held_base((name for name, _ in items), lora)
         if not factors and not self._bases:
-            return AdapterPlan(items, sent=items, lora=lora)
+            return AdapterPlan(items, sent=items, lora=lora, relies_on_base=relies)
         base_items = [(name, t) for name, t in items if name not in factors]
         pushed = {normalize_name(name): t for name, t in base_items}
         pairs = _pairs(items, factors)
@@ -89,13 +95,21 @@ class AdapterStore:
             tensors.append((weight, sharded_like(param, merged)))
             bases[weight] = base
         dropped = tuple(w for w in self._bases if w in pushed and w not in bases)
-        return AdapterPlan(tensors, bases, dropped, items, lora)
+        return AdapterPlan(tensors, bases, dropped, items, lora, relies)
 
-    def commit(self, plan: AdapterPlan) -> None:
-        """Records what a written plan left serving."""
+    def check_base(self, plan: AdapterPlan, base_version: int | None) -> None:
+        """Refuses a plan naming another base than the one held, or relying on it without naming it."""
+        named = None if base_version is None else WeightBase("", base_version)
+        check_base(named, WeightBase("", self.base_version), plan.relies_on_base)
+
+    def commit(self, plan: AdapterPlan, version: int | None = None) -> None:
+        """Records what a written plan left serving. `version`: the version it committed (rank 0, which
+        keeps `base_version`), the new base unless the plan's adapters merged into the held one."""
         for weight in plan.dropped:
             del self._bases[weight]
         self._bases.update(plan.bases)
+        if version is not None and not plan.relies_on_base:
+            self.base_version = version
 
     def _base_of(self, weight: str, param: torch.Tensor, pushed: torch.Tensor | None) -> torch.Tensor:
         """This rank's base that the module's adapter merges into: pushed with it, kept, or (first

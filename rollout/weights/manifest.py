@@ -105,6 +105,11 @@ def normalize_name(name: str) -> str:
             "sends the factors with their scaling) or merge the adapter before sending (peft: "
             "`merged = model.merge_and_unload()`, then send `merged.state_dict()`)"
         )
+    return hf_name(name)
+
+
+def hf_name(name: str) -> str:
+    """`name` as the HF model names it: wrappers and PEFT's `.base_layer.` stripped (LoRA names too)."""
     return strip_wrappers(name).replace(".base_layer.", ".")
 
 

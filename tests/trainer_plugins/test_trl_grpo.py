@@ -240,8 +240,8 @@ def test_restarted_server_gets_weights_again_before_generating(tmp_path: Path) -
         for server in servers:
             stop_server(server)
     assert len(servers) == 2
-    # The fresh server was checked again and got push #2 again as version 3 (after the versions it had
-    # answered with, so versions never repeat), then push #3 as version 4.
+    # The fresh server was checked again and got push #2 again as version 3 (one above every version
+    # the run pushed, so versions never repeat), then push #3 as version 4.
     assert recorder.versions == [1, 2, 3, 4]
     assert recorder.greedy_mismatches == []
     assert max(recorder.logprob_diffs) < 1e-4

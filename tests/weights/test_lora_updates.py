@@ -146,7 +146,7 @@ def test_an_adapter_update_under_keep_continues_running_samples_with_their_versi
     engine.step()
     engine.step()
     named, targets = peft_update(peft_policy(adapter_seed=1))
-    assert engine.update_weights(named, in_flight="keep", lora=targets) == 1
+    assert engine.update_weights(named, in_flight="keep", lora=targets, base_version=0) == 1
     assert engine.last_in_flight.num_tokens_kept > 0
     finished = []
     while engine.has_unfinished_requests():

@@ -2,8 +2,10 @@
 may not hold that base (the first push, after a server restart, after another writer).
 
 The servers merge each adapter into the base they keep (docs/weight_updates.md), so after a full
-push every step moves only the adapter: tens of MB instead of the model. Sharded trainers (ZeRO-3,
-FSDP) and `RolloutConfig(adapter_pushes=False)` push TRL's merged weights as before.
+push every step moves only the adapter: tens of MB instead of the model. Each adapter push names
+that base (the client pins it per server), and a server holding another refuses it; the plugin then
+recovers and pushes the base again (server_restarts.py). Sharded trainers (ZeRO-3, FSDP) and
+`RolloutConfig(adapter_pushes=False)` push TRL's merged weights as before.
 """
 
 from __future__ import annotations

@@ -24,7 +24,12 @@ class RolloutConfig:
     torch.distributed rendezvous; "disk" a directory both sides can read).
     `transport_options`: extra keyword arguments for `RolloutClient.update_weights`
     (for example the directory of the "disk" transport).
-    `wait_timeout`: seconds to wait for the server at start-up before failing.
+    `wait_timeout`: seconds to wait, with one deadline for all servers, until every server's health
+    check says SERVING: at start-up, before every round once weights were pushed (a server that went
+    away is waited for there), and before the start-up checks are run again in a recovery (after a
+    restart, a server that stopped answering, or an adapter push refused for another base; when the
+    client had given up on a server, a new client waits once more). Not ready by then:
+    `RolloutServerUnavailable`, and training stops.
     `check_vocabulary`: tokenize a probe string on the server and refuse another tokenizer.
     `parity_probe`: after the first push (and after a server restart), score a few server samples
     with the trainer's model and refuse to train when the logprobs differ beyond numerical noise.

@@ -70,7 +70,6 @@ class RolloutGeneration(VLLMGeneration):
         self.probes = 0
         self.watch: server_restarts.RestartWatch | None = None  # main process: restarts since the last checks
         self.recoveries = 0  # servers brought back (restarted, or gone and back) during training
-        self.next_version: int | None = None  # the version of the push after a recovery (all servers agree)
         self.server_dtype: torch.dtype | None = None  # main process: what pushes are cast to
         self.context_length: int | None = None  # main process: the servers' smallest max_model_len
         args = trainer.args
@@ -187,8 +186,6 @@ class RolloutGeneration(VLLMGeneration):
             self.client, self.watch, infos = server_restarts.recheck(
                 self.client, self.model, self.processing_class, self.rollout_config
             )
-            served = max([info.weight_version for info in infos] + [self.pushed_version or 0])
-            self.next_version = served + 1  # every server accepts it: all versions stay comparable
         self._set_facts(infos)
         self.probe_due = self.rollout_config.parity_probe
         self.full_push_due = True
@@ -203,11 +200,10 @@ class RolloutGeneration(VLLMGeneration):
         try:
             result = call()
         except Exception as exc:
-            if not server_restarts.gone(exc):
+            why = server_restarts.recovery_reason(exc)
+            if why is None:
                 raise
-            server_restarts.log_recovery(
-                f"a server stopped answering: {exc}", self.client.addresses, self.rollout_config
-            )
+            server_restarts.log_recovery(why, self.client.addresses, self.rollout_config)
             return None
         restarted = self.watch.restarted()
         if restarted:
@@ -233,11 +229,14 @@ class RolloutGeneration(VLLMGeneration):
         else:
             named = [(name, self._detached(tensor)) for name, tensor in self._iter_named_params()]
             named = push_dtype.cast(named, self.server_dtype)
+        version = self._next_version()
+        if self.watch.restarted():  # met a new process: recover first (the caller sees it), then push
+            return
         try:
             version = self.client.update_weights(
                 named,
                 transport=self.rollout_config.transport,
-                version=self.next_version,
+                version=version,
                 in_flight=self.rollout_config.in_flight,
                 lora=lora,
                 **self.rollout_config.transport_options,
@@ -247,11 +246,15 @@ class RolloutGeneration(VLLMGeneration):
             if mismatch is None:
                 raise
             raise mismatch from exc
-        self.next_version = None
         self.full_push_due = False
         self.pushed_version = int(version)
         self.pushed_versions.append(self.pushed_version)
         self.served_versions = self._server_versions()
+
+    def _next_version(self) -> int:
+        """Above every version this run pushed and every server's now: one number never names two
+        weight sets (a restarted server counts from 0 again; another writer may be ahead of us)."""
+        return max([self.pushed_version or 0, *self._server_versions().values()]) + 1
 
     def _probe_parity(self, samples: list[parity_probe.ProbeSample], where: str) -> None:
         """Every process scores the main process's samples (a sharded model's forward is a collective)."""

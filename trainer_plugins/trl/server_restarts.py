@@ -4,7 +4,8 @@ A restarted server has lost the trainer's weights and may host another model or 
 push reaches it first, so weight versions alone cannot tell. Every response names the server process
 that sent it (its boot id, rollout/client/boot_ids.py): `RestartWatch` keeps each server's restart count as
 of the trainer's last checks, and any call that met a new process shows as a difference. `gone` tells
-a server that stopped answering (restarting, or down) from one that refused something.
+a server that stopped answering (restarting, or down) from one that refused something; an adapter
+push refused for another base (rollout/weights/weight_base.py) means a restart or another writer too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import grpc
 from rollout.client import RolloutClient
 from rollout.client.generate_call import retryable
 from rollout.client.load_balance import NoLiveServerError
+from rollout.weights.weight_base import is_base_refusal
 
 from . import server_checks
 from .config import RolloutConfig
@@ -47,6 +49,23 @@ def gone(exc: BaseException) -> bool:
         return retryable(exc)
     failures = getattr(exc, "failures", None)  # WeightSyncError: {address: "STATUS: details"}
     return bool(failures) and any(why.startswith("UNAVAILABLE") for why in failures.values())
+
+
+def base_refused(exc: BaseException) -> bool:
+    """An adapter push a server refused because it holds another base than the one the push named."""
+    failures = getattr(exc, "failures", None)  # WeightSyncError: {address: "STATUS: details"}
+    return bool(failures) and any(is_base_refusal(why) for why in failures.values())
+
+
+def recovery_reason(exc: BaseException) -> str | None:
+    """Why `exc` calls for a recovery (wait, check, push the full weights again), or None."""
+    if gone(exc):
+        return f"a server stopped answering: {exc}"
+    if base_refused(exc):
+        return (
+            f"a server holds another base than the adapter push named (restarted, or another writer): {exc}"
+        )
+    return None
 
 
 def recheck(

@@ -70,6 +70,14 @@ class InFlightPolicy:
     def needs_idle(self) -> bool:
         return self.name == "wait"
 
+    def check_idle(self, has_unfinished_requests: bool) -> None:
+        """Refuses "wait" while requests are unfinished (the engine's caller drains or aborts them first)."""
+        if self.needs_idle and has_unfinished_requests:
+            raise RuntimeError(
+                "update_weights needs an idle engine: drain or abort the unfinished requests first, "
+                'or pass in_flight="abort" | "keep" | "recompute"'
+            )
+
     def plan(self, requests: Iterable[Request], version: int) -> InFlightPlan:
         plan = InFlightPlan()
         report = plan.report

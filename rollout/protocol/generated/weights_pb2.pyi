@@ -46,18 +46,28 @@ class WeightManifest(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class CommitOptions(_message.Message):
-    __slots__ = ("version", "abort_running", "in_flight", "update_id", "lora_targets")
+    __slots__ = ("version", "abort_running", "in_flight", "update_id", "lora_targets", "base")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     UPDATE_ID_FIELD_NUMBER: _ClassVar[int]
     LORA_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
     version: int
     abort_running: bool
     in_flight: InFlightPolicy
     update_id: str
     lora_targets: _containers.RepeatedCompositeFieldContainer[LoraTarget]
-    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ..., lora_targets: _Optional[_Iterable[_Union[LoraTarget, _Mapping]]] = ...) -> None: ...
+    base: WeightBase
+    def __init__(self, version: _Optional[int] = ..., abort_running: _Optional[bool] = ..., in_flight: _Optional[_Union[InFlightPolicy, str]] = ..., update_id: _Optional[str] = ..., lora_targets: _Optional[_Iterable[_Union[LoraTarget, _Mapping]]] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...
+
+class WeightBase(_message.Message):
+    __slots__ = ("boot_id", "version")
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    boot_id: str
+    version: int
+    def __init__(self, boot_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class LoraTarget(_message.Message):
     __slots__ = ("module", "scaling", "fan_in_fan_out", "parameter")
@@ -96,14 +106,16 @@ class UpdateWeightsRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[WeightUpdateHeader, _Mapping]] = ..., chunk: _Optional[_Union[WeightChunk, _Mapping]] = ...) -> None: ...
 
 class UpdateWeightsResponse(_message.Message):
-    __slots__ = ("weight_version", "num_tensors", "num_bytes")
+    __slots__ = ("weight_version", "num_tensors", "num_bytes", "base")
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
     weight_version: int
     num_tensors: int
     num_bytes: int
-    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...
+    base: WeightBase
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...
 
 class InitWeightGroupRequest(_message.Message):
     __slots__ = ("master_addr", "master_port", "world_size", "rank", "backend", "timeout_s")
@@ -138,10 +150,12 @@ class UpdateWeightsFromGroupRequest(_message.Message):
     def __init__(self, manifest: _Optional[_Union[WeightManifest, _Mapping]] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ..., update_id: _Optional[str] = ..., bucket_bytes: _Optional[int] = ...) -> None: ...
 
 class UpdateWeightsFromGroupResponse(_message.Message):
-    __slots__ = ("weight_version",)
+    __slots__ = ("weight_version", "base")
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
     weight_version: int
-    def __init__(self, weight_version: _Optional[int] = ...) -> None: ...
+    base: WeightBase
+    def __init__(self, weight_version: _Optional[int] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...
 
 class UpdateWeightsFromDiskRequest(_message.Message):
     __slots__ = ("path", "options")
@@ -152,12 +166,14 @@ class UpdateWeightsFromDiskRequest(_message.Message):
     def __init__(self, path: _Optional[str] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ...) -> None: ...
 
 class UpdateWeightsFromDiskResponse(_message.Message):
-    __slots__ = ("weight_version", "num_tensors")
+    __slots__ = ("weight_version", "num_tensors", "base")
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
     weight_version: int
     num_tensors: int
-    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ...) -> None: ...
+    base: WeightBase
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...
 
 class CloseWeightGroupRequest(_message.Message):
     __slots__ = ()
@@ -230,11 +246,13 @@ class UpdateWeightsFromSharedRequest(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[SharedTensor, _Mapping]]] = ..., options: _Optional[_Union[CommitOptions, _Mapping]] = ..., host: _Optional[_Union[HostIdentity, _Mapping]] = ...) -> None: ...
 
 class UpdateWeightsFromSharedResponse(_message.Message):
-    __slots__ = ("weight_version", "num_tensors", "num_bytes")
+    __slots__ = ("weight_version", "num_tensors", "num_bytes", "base")
     WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
     weight_version: int
     num_tensors: int
     num_bytes: int
-    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...
+    base: WeightBase
+    def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...

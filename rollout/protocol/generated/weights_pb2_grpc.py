@@ -80,7 +80,8 @@ class WeightSyncServiceServicer:
         INVALID_ARGUMENT: the manifest does not match the model (the message names each tensor), the
         bytes do not match the manifest, or the stream ended before the last chunk; DEADLINE_EXCEEDED:
         the call's deadline passed, or no message came for the server's idle timeout; ABORTED: another
-        update held the server past this call's deadline. In every error case nothing was written.
+        update held the server past this call's deadline; FAILED_PRECONDITION: an adapter update names
+        another base than the one held (CommitOptions.base). In every error case nothing was written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,7 +97,8 @@ class WeightSyncServiceServicer:
 
     def UpdateWeightsFromGroup(self, request, context):
         """Receives an update broadcast over the group set up by InitWeightGroup. The trainer calls every
-        server, then broadcasts. FAILED_PRECONDITION: no group; DEADLINE_EXCEEDED: a peer went silent.
+        server, then broadcasts. FAILED_PRECONDITION: no group, or another base (as UpdateWeights);
+        DEADLINE_EXCEEDED: a peer went silent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,7 +107,7 @@ class WeightSyncServiceServicer:
     def UpdateWeightsFromDisk(self, request, context):
         """Loads a safetensors checkpoint directory (model.safetensors, or shards with
         model.safetensors.index.json) from the server's filesystem and commits it.
-        NOT_FOUND: no checkpoint at the path.
+        NOT_FOUND: no checkpoint at the path; FAILED_PRECONDITION: another base (as UpdateWeights).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,8 +125,9 @@ class WeightSyncServiceServicer:
         wire): the server maps each storage, validates the manifest, and at the commit copies straight
         from the trainer's memory into its parameters. The trainer must leave those tensors unchanged
         until the call returns. FAILED_PRECONDITION: the call came from another machine (peer address
-        or host identity), or a handle could not be opened; INVALID_ARGUMENT: the manifest, a view or
-        the version is refused. In every error case nothing was written.
+        or host identity), a handle could not be opened, or another base (as UpdateWeights);
+        INVALID_ARGUMENT: the manifest, a view or the version is refused. In every error case nothing
+        was written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
