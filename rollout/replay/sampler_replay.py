@@ -22,6 +22,7 @@ from rollout.sampling_params import SamplingParams
 from rollout.structured.request_grammars import RequestGrammars
 
 Sample = tuple[Sequence[int], Sequence[int]]  # (prompt token ids, completion token ids)
+PREPARED_KEPT = 256  # settings kept prepared (tokenized bad words, compiled grammar), oldest dropped first
 
 
 class SamplerReplay:
@@ -53,6 +54,8 @@ class SamplerReplay:
             prepared = with_bad_words_tokenized(params, self._tokenizer)
             check_against_vocab(prepared, self.vocab_size, self.eos_token_ids)
             self._prepared[params] = (prepared, self._grammars.compile(prepared))
+            if len(self._prepared) > PREPARED_KEPT:
+                del self._prepared[next(iter(self._prepared))]  # the oldest
         return self._prepared[params]
 
     def log_softmax(

@@ -184,11 +184,14 @@ def test_output_dependent_settings_with_tools_are_refused_at_start_up_naming_the
     tmp_path: Path, address: str
 ) -> None:
     """With tools a completion holds tool results the server read as prompt: min_tokens cannot be replayed
-    over it (logit_bias can: it reads no output)."""
-    args = grpo_args(tmp_path, generation_kwargs={"min_tokens": 3, "logit_bias": {str(token("5")): 1.0}})
+    over it, allowed_token_ids would forbid the tool results (logit_bias can: it reads no output)."""
+    kwargs = {"min_tokens": 3, "allowed_token_ids": DIGITS, "logit_bias": {str(token("5")): 1.0}}
+    args = grpo_args(tmp_path, generation_kwargs=kwargs)
     trainer = make_trainer(args, address)
     trainer.tools = [len]  # what GRPOTrainer(tools=[...]) sets (TRL's own checks need a real chat model)
-    with pytest.raises(ValueError, match=r"\['min_tokens'\].*tools.*trained_policy='unprocessed'"):
+    with pytest.raises(
+        ValueError, match=r"\['min_tokens', 'allowed_token_ids'\].*tools.*trained_policy='unprocessed'"
+    ):
         RolloutGeneration(trainer, trainer.rollout_config)
     RolloutGeneration(trainer, RolloutConfig(server=address, wait_timeout=120, trained_policy="unprocessed"))
 

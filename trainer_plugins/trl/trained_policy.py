@@ -27,14 +27,16 @@ from .truncation import TruncationCorrection
 
 logger = logging.getLogger(__name__)
 
-# generation_kwargs that read a completion's own output (its length, its tokens, its grammar state). With
-# tools, a completion holds tool results the server read as prompt, so they cannot be replayed over it.
-OUTPUT_HISTORY_KWARGS = (
+# With tools, a completion holds tool results the server read as prompt, not as output: the settings that
+# read a completion's own output (its length, its tokens, its grammar state) cannot be replayed over it,
+# and allowed_token_ids would forbid the tool results' tokens.
+NOT_WITH_TOOLS = (
     "min_tokens",
     "presence_penalty",
     "frequency_penalty",
     "bad_words",
     "structured_outputs",
+    "allowed_token_ids",
 )
 
 
@@ -59,11 +61,11 @@ class TrainedPolicy:
                     reshaping,
                 )
             return cls(False, TruncationCorrection.of(trainer, config))
-        history = [key for key in OUTPUT_HISTORY_KWARGS if key in reshaping]
-        if getattr(trainer, "tools", None) and history:
+        refused = [key for key in NOT_WITH_TOOLS if key in reshaping]
+        if getattr(trainer, "tools", None) and refused:
             raise ValueError(
-                f"generation_kwargs {history} depend on a completion's own output, and with tools a completion "
-                "holds tool results the server read as prompt, so the trainer cannot replay them exactly; "
+                f"generation_kwargs {refused} cannot be replayed on the trainer with tools: a completion then holds "
+                "tool results the server read as prompt, which these settings would count as output (or forbid); "
                 "drop them, or set RolloutConfig(trained_policy='unprocessed') to train TRL's temperature-only "
                 "policy with the true off-policy ratio"
             )
