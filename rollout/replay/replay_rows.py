@@ -8,12 +8,14 @@ the model: the replay recomputes the logits, these rows say what the sampler did
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from rollout.engine.sample.sampler import SampleRow
+from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.sampling_params import SamplingParams
 from rollout.structured.grammar_state import GrammarState
 
@@ -35,6 +37,22 @@ class SeenPrefix(Sequence[int]):
         if isinstance(span, int):
             return self._tokens[span]
         return [self._tokens[i] for i in span] if span.step != 1 else self._tokens[span.start : span.stop]
+
+
+class CountsAt:
+    """A sample's TokenCounts as they stood at one row (copies of the arrays the penalties read), counted
+    by the engine's own TokenCounts walked once over the sample: T rows cost T copies, not T recounts.
+    `update` has nothing to add (the sampler brings a sequence's live counts up to date; these are)."""
+
+    __slots__ = ("seen_ids", "output_ids", "output_counts")
+
+    def __init__(self, counts: TokenCounts) -> None:
+        self.seen_ids = array.array("q", counts.seen_ids)
+        self.output_ids = array.array("q", counts.output_ids)
+        self.output_counts = array.array("q", counts.output_counts)
+
+    def update(self, tokens: Sequence[int], num_prompt_tokens: int) -> CountsAt:
+        return self
 
 
 class ReplayedMask:
@@ -60,10 +78,20 @@ def sample_rows(
     without); ValueError naming the position when the completion does not follow it."""
     tokens = [*prompt, *completion]
     masks = grammar_steps(grammar, completion, vocab) if grammar is not None else [None] * len(completion)
+    counts = counts_steps(prompt, completion) if needs_token_counts(params) else [None] * len(completion)
     return [
-        SampleRow(params, 0, SeenPrefix(tokens, len(prompt) + t), len(prompt), masks[t])
+        SampleRow(params, 0, SeenPrefix(tokens, len(prompt) + t), len(prompt), masks[t], counts[t])
         for t in range(len(completion))
     ]
+
+
+def counts_steps(prompt: Sequence[int], completion: Sequence[int]) -> list[CountsAt]:
+    """The penalties' counts before each completion token, as the engine's sequence kept them."""
+    seen, counts, steps = list(prompt), TokenCounts(), []
+    for token in completion:
+        steps.append(CountsAt(counts.update(seen, len(prompt))))
+        seen.append(token)
+    return steps
 
 
 def grammar_steps(compiled: Any, completion: Sequence[int], vocab: int) -> list[ReplayedMask]:
