@@ -5,8 +5,10 @@
     python examples/custom_loop.py --async              # round t+1 generates while round t trains
 
 Each round: push the policy (`update_weights`), sample a group of completions per prompt with
-their logprobs (`generate` with `n`), score them with the addition reward, and take one step of
-group-normalized policy gradient, with the server's logprobs as the behaviour policy.
+their logprobs (`generate` with `n`, top-p 0.95), score them with the addition reward, and take one
+step of group-normalized policy gradient, with the server's logprobs as the behaviour policy. The
+trainer's logprobs are those of the same processed distribution (top-p included), replayed on its own
+logits by `rollout.replay.SamplerReplay`, so the importance ratio is 1 up to numerics.
 With --async the server generates round t+1 while the trainer learns from round t (lag 1), and
 each push lands mid-generation with `in_flight="keep"`; the per-token behaviour logprobs make the
 importance ratio exact for samples that span two versions (`weight_versions` says which).
@@ -31,6 +33,7 @@ from rollout.assets import default_model_path
 from rollout.client import RolloutClient
 from rollout.demo import overlap
 from rollout.outputs import RequestOutput
+from rollout.replay import SamplerReplay
 from rollout.sampling_params import SamplingParams
 from rollout.tasks import addition
 
@@ -53,11 +56,17 @@ def local_server(model_path: str, server: str | None) -> Iterator[str]:
         process.wait(30)
 
 
-def token_logprobs(model: PreTrainedModel, prompt: list[int], completion: list[int]) -> torch.Tensor:
-    """log p(completion token | prefix) under `model`, one per completion token (with gradient)."""
+def token_logprobs(
+    model: PreTrainedModel,
+    replay: SamplerReplay,
+    prompt: list[int],
+    completion: list[int],
+    params: SamplingParams,
+) -> torch.Tensor:
+    """log p(completion token | prefix) under `model` as the server sampled it (processed), with gradient."""
     ids = torch.tensor([prompt + completion])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return replay.logprobs(logits, prompt, completion, params)
 
 
 def group_advantages(rewards: list[float]) -> list[float]:
@@ -67,7 +76,12 @@ def group_advantages(rewards: list[float]) -> list[float]:
 
 
 def policy_loss(
-    model: PreTrainedModel, outputs: list[RequestOutput], texts: list[str], tokenizer: PreTrainedTokenizerBase
+    model: PreTrainedModel,
+    replay: SamplerReplay,
+    params: SamplingParams,
+    outputs: list[RequestOutput],
+    texts: list[str],
+    tokenizer: PreTrainedTokenizerBase,
 ) -> tuple[torch.Tensor, float, float]:
     """Importance-weighted policy gradient (server logprobs = behaviour policy), token-mean."""
     losses, drift, rewards = [], [], []
@@ -78,7 +92,9 @@ def policy_loss(
         for sample, advantage in zip(output.outputs, group_advantages(group), strict=True):
             if not sample.token_ids:
                 continue
-            logp = token_logprobs(model, output.prompt_token_ids, list(sample.token_ids))
+            logp = token_logprobs(
+                model, replay, list(output.prompt_token_ids), list(sample.token_ids), params
+            )
             behaviour = torch.tensor(sample.logprobs)
             ratio = torch.exp(logp - behaviour)  # 1 up to numerics unless overlapped (--async)
             losses.append(-(ratio * advantage))
@@ -119,10 +135,11 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
-    params = SamplingParams(n=args.n, max_tokens=8, temperature=1.0, logprobs=0)
+    params = SamplingParams(n=args.n, max_tokens=8, temperature=1.0, top_p=0.95, logprobs=0)
     with local_server(model_path, args.server) as address:
         client = RolloutClient(address)
         client.wait_until_ready(300)
+        replay = SamplerReplay.for_server(client.server_info(), tokenizer)  # the server's EOS ids, vocabulary
 
         def push(in_flight: str) -> int:
             return client.update_weights(
@@ -135,7 +152,7 @@ def main() -> None:
 
         def learn(step: int, batch: tuple[list[str], list[RequestOutput]], version: int) -> None:
             texts, outputs = batch
-            loss, drift, reward = policy_loss(model, outputs, texts, tokenizer)
+            loss, drift, reward = policy_loss(model, replay, params, outputs, texts, tokenizer)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

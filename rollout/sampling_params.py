@@ -21,7 +21,7 @@ class SamplingParams:
     `top_k`: 0 (or -1, as in vLLM) is off. `logprobs`: None returns no logprobs, 0 the sampled token's logprob, k > 0 also the top-k
     alternatives and, as in vLLM, the sampled token when it is not among them (k + 1 entries). `logprobs_mode`: "processed" is the log-softmax of the distribution the token
     was drawn from (after penalties, temperature and top-k/top-p/min-p); "raw" that of the model's
-    unscaled logits. With temperature 0 (greedy) "processed" skips the temperature.
+    unscaled logits (with the grammar mask under structured_outputs, as vLLM's). With temperature 0 (greedy) "processed" skips the temperature.
 
     Extreme values stay exact or take their limit, never NaN: a temperature below
     `GREEDY_TEMPERATURE` (1e-5, vLLM's threshold) samples greedily, as its limit does; a top_p too

@@ -1,6 +1,8 @@
 """The layering docs/architecture.md draws, checked on every module's imports (function-level ones too).
 
-- the engine (`rollout.engine`) imports nothing above it: no launcher, server, client, CLI or `LLM`;
+- the engine (`rollout.engine`) imports nothing above it: no launcher, server, client, CLI, `LLM` or replay;
+- the sampler replay (`rollout.replay`, trainer-side) imports the engine's sampling code but no server,
+  client, launcher or `LLM`;
 - the kernels (`rollout.ops`) import no transformers and nothing of the engine, the bridge or the server;
 - only the commands (and the demo, which starts a server) import the server;
 - the protocol imports neither the server nor the client; the client imports no torch (but for the
@@ -28,6 +30,7 @@ ABOVE_ENGINE = (
     "rollout.demo",
     "rollout.bench",
     "rollout.fleet",
+    "rollout.replay",
     "trainer_plugins",
 )
 RULES: dict[str, tuple[str, ...]] = {
@@ -37,6 +40,13 @@ RULES: dict[str, tuple[str, ...]] = {
     "rollout.protocol": ("rollout.server", "rollout.client", "rollout.engine", "rollout.llm"),
     "rollout.client": ("torch", "transformers", "rollout.engine", "rollout.server", "rollout.llm"),
     "rollout.weights": ("rollout.server", "rollout.client", "rollout.llm", "rollout.commands"),
+    "rollout.replay": (
+        "rollout.server",
+        "rollout.client",
+        "rollout.llm",
+        "rollout.commands",
+        "trainer_plugins",
+    ),
 }
 EXEMPT = {"rollout.client.weight_push": ("torch",)}  # pushes tensors; imported lazily by the client
 SERVER_IMPORTERS = (
@@ -102,6 +112,8 @@ def test_module_keeps_the_import_rules(path: Path) -> None:
         ("rollout.ops.backends", "transformers"),
         ("rollout.client.rollout_client", "torch"),
         ("rollout.llm", "rollout.server.prompts"),
+        ("rollout.replay.sampler_replay", "rollout.client"),
+        ("rollout.engine.sample.sampler", "rollout.replay"),
     ],
 )
 def test_the_checker_reports_a_broken_rule(mod: str, name: str) -> None:

@@ -79,6 +79,30 @@ def test_masked_tokens_have_processed_logprob_minus_inf_and_the_rest_renormalize
     assert all(math.isclose(first[t], unmasked[t] - norm, abs_tol=1e-5) for t in allowed)
 
 
+def test_raw_logprobs_under_a_grammar_are_the_masked_model_logits_as_in_vllm() -> None:
+    """vLLM's model runner applies the grammar bitmask to the logits before its sampler computes
+    raw_logprobs (vllm/v1/worker/gpu_model_runner.py sample_tokens, then v1/sample/sampler.py), so raw
+    logprobs hold the mask; temperature and the other processors (logit_bias here) stay out, as in vLLM."""
+    llm = structured_llm()
+    vocab = llm.engine.vocab_size
+    allowed = {llm.tokenizer.convert_tokens_to_ids(c[0]) for c in CHOICES}
+    params = SamplingParams(
+        max_tokens=1,
+        seed=0,
+        temperature=0.5,
+        logprobs=vocab,
+        logprobs_mode="raw",
+        logit_bias={min(allowed): 5.0},
+        structured_outputs=StructuredOutputsParams(choice=CHOICES),
+    )
+    raw = llm.generate(["abc"], params)[0].outputs[0].top_logprobs[0]
+    plain = llm.generate(["abc"], SamplingParams(max_tokens=1, logprobs=vocab, logprobs_mode="raw"))
+    model = plain[0].outputs[0].top_logprobs[0]  # the model's own log-softmax, no grammar
+    norm = math.log(sum(math.exp(model[t]) for t in allowed))
+    assert all(raw[t] == -math.inf for t in range(vocab) if t not in allowed)
+    assert all(math.isclose(raw[t], model[t] - norm, abs_tol=1e-5) for t in allowed)
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [

@@ -1,6 +1,7 @@
 """TRL generation_kwargs with vLLM's logits-processor keys: each reaches a real `rollout serve` with its
-meaning (checked in what the server generated), TRL's IS correction is warned about, and a key TRL
-cannot use is refused at start-up naming it and why."""
+meaning (checked in what the server generated), they are replayed on the trainer's logits (TRL's
+importance-sampling ratio 1, test_trl_processed_policy.py for each), and a key TRL cannot use is refused at
+start-up naming it and why."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from trl_builders import (  # noqa: E402
     free_port,
     grpo_args,
     length_reward,
+    logged,
     make_dataset,
     make_model,
     make_tokenizer,
@@ -65,13 +67,14 @@ def test_every_logits_processor_key_reaches_the_server_with_vllms_meaning(tmp_pa
     params: SamplingParams = sent[-1]
     assert (params.min_tokens, params.presence_penalty, params.frequency_penalty) == (3, 0.5, 0.25)
     assert params.logit_bias == {token("5"): 2.0} and params.allowed_token_ids == tuple(allowed)
-    assert params.bad_words == ("7",)
+    assert params.bad_words == () and params.bad_words_token_ids == ((token("7"),),)  # tokenized once, here
     completions = [c for batch in batches for c in batch.completion_ids]
     assert completions
     for completion in completions:  # what the server did with them
         assert set(completion) <= set(allowed) and token("7") not in completion
         assert len(completion) >= 3
-    assert "reshape the sampling distribution" in caplog.text and "min_tokens" in caplog.text
+    assert "reshape the sampling distribution" not in caplog.text  # replayed, not warned about
+    assert abs(logged(trainer, "sampling/importance_sampling_ratio/min")[0] - 1) <= 1e-3
 
 
 def test_prompt_logprobs_is_refused_at_start_up_naming_it_and_why(tmp_path: Path) -> None:

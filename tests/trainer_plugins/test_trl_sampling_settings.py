@@ -96,17 +96,26 @@ def test_max_completion_length_none_generates_up_to_the_context(tmp_path: Path) 
 def test_importance_sampling_ratio_under_top_k_measures_drift_not_the_kept_mass(
     tmp_path: Path, caplog
 ) -> None:
+    """The processed policy (the default) replays top_k; the unprocessed one hands TRL the kept mass with
+    each logprob (untruncated_logprobs, the default), or not (the ratio then carries the kept mass)."""
     args = dict(top_k=3, temperature=1.0, vllm_importance_sampling_mode="sequence_mask")
     with serving_model(tmp_path) as address:
-        fixed = make_trainer(grpo_args(tmp_path / "fixed", **args), address)
+        replayed = make_trainer(grpo_args(tmp_path / "replayed", **args), address)
+        replayed.train()
+        fixed = make_trainer(grpo_args(tmp_path / "fixed", **args), address, trained_policy="unprocessed")
         fixed.train()
         with caplog.at_level(logging.WARNING, logger="trainer_plugins.trl"):
             renormalised = make_trainer(
-                grpo_args(tmp_path / "old", **args), address, untruncated_logprobs=False
+                grpo_args(tmp_path / "old", **args),
+                address,
+                trained_policy="unprocessed",
+                untruncated_logprobs=False,
             )
         renormalised.train()
-    assert max(logged(fixed, "sampling/sampling_logp_difference/max")) < 1e-4
-    assert min(logged(fixed, "sampling/importance_sampling_ratio/min")) > 0.999
+    for trainer in (replayed, fixed):
+        assert max(logged(trainer, "sampling/sampling_logp_difference/max")) < 1e-4
+        assert min(logged(trainer, "sampling/importance_sampling_ratio/min")) > 0.999
+    assert replayed.vllm_generation.policy.replay is not None and fixed.vllm_generation.policy.replay is None
     # Without the kept mass, each token's ratio is scaled by the mass top_k=3 keeps (~3/46 on a near-flat
     # tiny model at first), and a sequence's ratio by their product.
     assert max(logged(renormalised, "sampling/importance_sampling_ratio/max")) < 0.2

@@ -1,7 +1,7 @@
 """TRL's structured outputs on a real `rollout serve`: GRPOConfig.vllm_structured_outputs_regex and
 generation_kwargs' structured_outputs reach the server with vLLM's meaning (every completion follows
-them, with min_tokens and bad_words too), TRL's precedence and IS-correction warning hold, and a bad
-spec stops start-up naming the field."""
+them, with min_tokens and bad_words too), TRL's precedence warning holds, the grammar is replayed on the
+trainer's logits (importance-sampling ratio 1), and a bad spec stops start-up naming the field."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("xgrammar")
 
-from trl_builders import free_port, grpo_args, make_tokenizer, serving_model  # noqa: E402
+from trl_builders import free_port, grpo_args, logged, make_tokenizer, serving_model  # noqa: E402
 
 from rollout.sampling_params import SamplingParams  # noqa: E402
 from rollout.structured_outputs import StructuredOutputsParams  # noqa: E402
@@ -43,7 +43,10 @@ def test_trls_regex_reaches_the_server_and_every_completion_matches(tmp_path: Pa
     texts = [tokenizer.decode(c, skip_special_tokens=True) for b in batches for c in b.completion_ids]
     assert texts and all(re.fullmatch(REGEX, t) for t in texts), texts
     assert "takes precedence" in caplog.text
-    assert "reshape the sampling distribution" in caplog.text and "structured_outputs" in caplog.text
+    ratios = logged(trainer, "sampling/importance_sampling_ratio/min") + logged(
+        trainer, "sampling/importance_sampling_ratio/max"
+    )
+    assert ratios and all(abs(r - 1) <= 1e-3 for r in ratios), ratios
 
 
 @pytest.mark.slow
@@ -63,6 +66,7 @@ def test_a_regex_with_min_tokens_and_bad_words_gives_completions_that_follow_all
     tokenizer = make_tokenizer()
     texts = [tokenizer.decode(c, skip_special_tokens=True) for b in batches for c in b.completion_ids]
     assert texts and all(re.fullmatch("[a-c]{4,6}", t) and "ab" not in t for t in texts), texts
+    assert abs(logged(trainer, "sampling/importance_sampling_ratio/min")[0] - 1) <= 1e-3
 
 
 def test_an_unknown_structured_outputs_key_stops_start_up_naming_it(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 TRANSPORTS = ("grpc", "distributed", "disk")
 IN_FLIGHT_POLICIES = ("wait", "abort", "keep", "recompute")
+TRAINED_POLICIES = ("processed", "unprocessed")
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,17 @@ class RolloutConfig:
     with the trainer's model and refuse to train when the logprobs differ beyond numerical noise.
     `parity_tolerance`: that limit, mean |difference| per token in nats; None: by the dtypes
     involved (parity_probe.TOLERANCE_BY_DTYPE).
-    `untruncated_logprobs`: hand TRL, per sampled token, the server's processed logprob plus the
-    log of the probability mass top-k/top-p/min-p kept (the untruncated temperature-scaled logprob
-    its importance-sampling correction recomputes); False hands it the renormalised one.
+    `trained_policy`: the policy TRL's loss and importance-sampling ratio compute logprobs of.
+    "processed": the distribution the server samples from, every sampling setting (penalties, bans,
+    logit_bias, grammars, top-k/top-p/min-p, temperature) replayed on the trainer's logits, so the
+    ratio measures only the engine-vs-trainer difference; a setting that cannot be replayed exactly
+    is refused at start-up. "unprocessed": TRL's own temperature-scaled policy over the whole
+    vocabulary; the ratio is then the true off-policy ratio to the sampling distribution
+    (trained_policy.py).
+    `untruncated_logprobs`: with trained_policy="unprocessed", hand TRL, per sampled token, the
+    server's processed logprob plus the log of the probability mass top-k/top-p/min-p kept (the
+    untruncated temperature-scaled logprob its correction recomputes); False hands it the
+    renormalised one. The processed policy replays the filters instead.
     `in_flight`: what the servers do with requests still generating when a push commits ("wait",
     "abort", "keep", "recompute": rollout/engine/versions/in_flight.py). Only the async mode has any.
     `async_generation`: generate round t+1 on the servers while the trainer trains on round t
@@ -59,6 +68,7 @@ class RolloutConfig:
     check_vocabulary: bool = True
     parity_probe: bool = True
     parity_tolerance: float | None = None
+    trained_policy: str = "processed"
     untruncated_logprobs: bool = True
     in_flight: str = "wait"
     async_generation: bool = False
@@ -73,6 +83,8 @@ class RolloutConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if self.wait_timeout <= 0:
             raise ValueError(f"wait_timeout must be > 0 seconds, got {self.wait_timeout}")
+        if self.trained_policy not in TRAINED_POLICIES:
+            raise ValueError(f"trained_policy must be one of {TRAINED_POLICIES}, got {self.trained_policy!r}")
         if self.in_flight not in IN_FLIGHT_POLICIES:
             raise ValueError(f"in_flight must be one of {IN_FLIGHT_POLICIES}, got {self.in_flight!r}")
         if self.async_generation and self.in_flight == "abort":

@@ -20,6 +20,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from rollout.client import RolloutClient
 from rollout.client.weight_push import WeightSyncError
+from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.sampling_params import SamplingParams
 
 from . import adapter_pushes, parity_probe, push_dtype, server_checks, server_restarts
@@ -33,7 +34,7 @@ from .generation_kwargs import (
 )
 from .rollout_batch import RolloutBatch
 from .text_settings import TEXT_GENERATION_KWARGS
-from .truncation import TruncationCorrection
+from .trained_policy import TrainedPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,10 @@ class RolloutGeneration(VLLMGeneration):
         self.recoveries = 0  # servers brought back (restarted, or gone and back) during training
         self.server_dtype: torch.dtype | None = None  # main process: what pushes are cast to
         self.context_length: int | None = None  # main process: the servers' smallest max_model_len
+        self.eos_token_ids_served: tuple[int, ...] = ()  # the servers' EOS ids (what min_tokens bans)
+        self.vocab_size_served: int | None = None
         args = trainer.args
-        self.truncation = TruncationCorrection.of(trainer, config)
+        self.policy = TrainedPolicy.of(trainer, config)
         super().__init__(
             model=trainer.model,
             accelerator=trainer.accelerator,
@@ -104,16 +107,26 @@ class RolloutGeneration(VLLMGeneration):
                 self.client, self.model, self.processing_class, self.rollout_config
             )
         self._set_facts(infos if self.accelerator.is_main_process else None)
+        params = self.sampling_params(1, max_tokens=self.max_completion_length or self.context_length)
+        self.policy.start(params, self.eos_token_ids_served, self.vocab_size_served, self._tokenizer)
 
     def _set_facts(self, infos: list[Any] | None) -> None:
-        """What pushes and requests need to know of the servers (main process's `infos`), everywhere."""
+        """What pushes, requests and the replay need to know of the servers (main process's `infos`), everywhere."""
         facts = None
         if infos is not None:
             facts = (
                 push_dtype.server_dtype(infos, self.client.addresses),
                 min(i.max_model_len for i in infos),
+                server_checks.same_eos_token_ids(infos, self.client.addresses),
+                infos[0].vocab_size,
             )
-        self.server_dtype, self.context_length = self._broadcast(facts)
+        self.server_dtype, self.context_length, self.eos_token_ids_served, self.vocab_size_served = (
+            self._broadcast(facts)
+        )
+
+    @property
+    def _tokenizer(self) -> Any:
+        return getattr(self.processing_class, "tokenizer", self.processing_class)
 
     def sampling_params(self, n: int, max_tokens: int | None = None) -> SamplingParams:
         """GRPOConfig's sampling settings as rollout SamplingParams (what TRL sends vLLM).
@@ -130,7 +143,7 @@ class RolloutGeneration(VLLMGeneration):
         extra = with_trl_regex(logits_processor_kwargs(self.generation_kwargs), self.structured_outputs_regex)
         eos = () if extra.get("ignore_eos") else self.eos_token_ids  # ignore_eos: EOS must not stop either
         stop_token_ids = tuple(extra.pop("stop_token_ids", ())) + eos
-        return SamplingParams(
+        params = SamplingParams(
             n=n,
             max_tokens=max_tokens or self.max_completion_length or self.context_length,
             temperature=self.temperature,
@@ -143,6 +156,8 @@ class RolloutGeneration(VLLMGeneration):
             logprobs_mode="processed",  # what TRL's importance-sampling correction expects
             **extra,
         )
+        # bad_words tokenized here, once, so the servers ban and the replay replays the very same ids
+        return with_bad_words_tokenized(params, self._tokenizer)
 
     # -- weight sync ----------------------------------------------------------------------------
 
@@ -271,7 +286,7 @@ class RolloutGeneration(VLLMGeneration):
         )
 
     def _probe_samples(self) -> list[parity_probe.ProbeSample]:
-        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        tokenizer = self._tokenizer
         count = max(len(parity_probe.PROBE_TEXTS), len(self.client.addresses))  # every server gets one
         texts = [parity_probe.PROBE_TEXTS[i % len(parity_probe.PROBE_TEXTS)] for i in range(count)]
         fits = max(1, self.context_length - parity_probe.PROBE_TOKENS)  # a short-context server still fits
@@ -369,7 +384,7 @@ class RolloutGeneration(VLLMGeneration):
         with profiler or nullcontext():
             outputs = self.client.generate(unique_prompts, self.sampling_params(n))
         accepted = set(self.served_versions.values()) if self.pushed_version is not None else None
-        return RolloutBatch.of(outputs, n, accepted, self.truncation.sampling_logprobs)
+        return RolloutBatch.of(outputs, n, accepted, self.policy.sampling_logprobs)
 
     def _broadcast(self, obj: Any) -> Any:
         holder = [obj]

@@ -116,6 +116,19 @@ def check_vocabulary(
         )
 
 
+def same_eos_token_ids(infos: list[Any], addresses: list[str]) -> tuple[int, ...]:
+    """The servers' EOS ids (min_tokens bans them, the trainer replays that); refuses servers that differ."""
+    found = {
+        address: tuple(sorted(field(info, "eos_token_ids") or ()))
+        for address, info in zip(addresses, infos, strict=True)
+    }
+    if len(set(found.values())) > 1:
+        raise RolloutModelMismatch(
+            f"the rollout servers stop on different EOS ids ({found}); serve one checkpoint on every server"
+        )
+    return next(iter(found.values()))
+
+
 def as_model_mismatch(exc: Exception, addresses: list[str]) -> RolloutModelMismatch | None:
     """A refused manifest means other parameter names/shapes/dtypes: the server runs another model."""
     failures = getattr(exc, "failures", None)  # WeightSyncError: {address: "STATUS: details"}

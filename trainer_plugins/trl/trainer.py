@@ -17,6 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .async_rounds import AsyncRounds
 from .config import RolloutConfig
 from .generation import RolloutGeneration
+from .processed_logps import per_token_logps
 from .vllm_mode_checks import check_vllm_mode_settings
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,26 @@ class RolloutGRPOTrainer(GRPOTrainer):
         finally:
             if self.async_rounds is not None:
                 self.async_rounds.close()
+
+    def _get_per_token_logps_and_entropies(
+        self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, **kwargs: Any
+    ) -> Any:
+        """TRL's own, unless the processed policy is trained and differs from it (trained_policy.py)."""
+        policy = getattr(getattr(self, "vllm_generation", None), "policy", None)
+        if policy is None or policy.replay is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, **kwargs
+            )
+        return per_token_logps(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            policy.replay,
+            policy.params,
+            self.accelerator.autocast,
+            **kwargs,
+        )
 
     @property
     def rollout_client(self) -> Any:

@@ -1,4 +1,5 @@
-"""Which sampling logprobs TRL's importance-sampling correction gets when top-k/top-p/min-p truncate.
+"""With trained_policy="unprocessed": which sampling logprobs TRL's importance-sampling correction gets
+when top-k/top-p/min-p truncate (trained_policy.py; the processed policy replays the filters instead).
 
 TRL recomputes each sampled token's logprob over the full vocabulary at the sampling temperature
 and divides by the sampler's. The server's "processed" logprobs are renormalised over the kept
@@ -18,7 +19,6 @@ from typing import Any
 from rollout.outputs import CompletionOutput
 
 from .config import RolloutConfig
-from .generation_kwargs import reshaping_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +40,6 @@ class TruncationCorrection:
                 "rollout: top_k/top_p/min_p truncate sampling and vllm_importance_sampling_correction is on, but "
                 "RolloutConfig.untruncated_logprobs=False hands TRL logprobs renormalised over the kept tokens: "
                 "every importance-sampling ratio is scaled by the kept probability mass (TRL issue #6789)."
-            )
-        if corrected and trainer.repetition_penalty != 1.0:
-            logger.warning(
-                "rollout: repetition_penalty=%s reshapes the sampling distribution, which TRL's recomputed logprobs "
-                "ignore, so the importance-sampling ratio is biased; set repetition_penalty=1.0 or "
-                "vllm_importance_sampling_correction=False.",
-                trainer.repetition_penalty,
-            )
-        reshaping = reshaping_kwargs(trainer.args.generation_kwargs)
-        if trainer.args.vllm_structured_outputs_regex is not None:
-            reshaping.append("vllm_structured_outputs_regex")
-        if corrected and reshaping:
-            logger.warning(
-                "rollout: generation_kwargs %s reshape the sampling distribution (the server's processed logprobs "
-                "include them), which TRL's recomputed logprobs ignore, so the importance-sampling ratio is "
-                "biased; unset them or set vllm_importance_sampling_correction=False.",
-                reshaping,
             )
         return self
 

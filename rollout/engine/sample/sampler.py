@@ -4,8 +4,10 @@ Order of processing (vLLM's and TRL's expectation): logit bias, repetition, freq
 penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), the structured
 outputs' grammar mask (grammar_mask.py), temperature, top-k, top-p, min-p; a row the bans and the
 grammar leave without a token is flagged, never drawn from (empty_rows.py). "processed" logprobs are
-the fp32 log-softmax after all of it; "raw" ones are the log-softmax of the model's logits before any
-of it. Sampling uses the exponential race (argmax p / E with
+the fp32 log-softmax after all of it; "raw" ones are the log-softmax of the model's logits with only
+the grammar mask (vLLM's: its model runner masks the logits before the sampler). The steps up to the
+truncation are shared with the trainer-side replay (rollout/replay/), which recomputes the processed
+distribution from a trainer's logits. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
 (seed, sample index, position) drawn for all rows in one set of ops (sampling_noise.py), so its
 tokens do not depend on what else is in the batch or on how the batch was scheduled.
@@ -30,10 +32,10 @@ import torch
 from rollout.engine.host_to_device import to_device
 from rollout.engine.sample.empty_rows import empty_row_indices, guard_empty_rows
 from rollout.engine.sample.exponential_race import exponential_race
-from rollout.engine.sample.grammar_mask import apply_grammar_masks
-from rollout.engine.sample.processor_batch import processor_batch
 from rollout.engine.sample.sampling_noise import row_state, sample_key
-from rollout.engine.sample.truncation import row_column, truncate
+from rollout.engine.sample.step_processors import StepProcessors, step_processors
+from rollout.engine.sample.temperature import temperature_scaled
+from rollout.engine.sample.truncation import truncate
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
@@ -75,17 +77,11 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
         """logits: [R, vocab] fp32, one row per sample to draw."""
         model_logits = logits  # the caller's: read, never written
-        raw_logprobs = (
-            self._log_softmax(logits, "raw") if _any(rows, lambda p: p.logprobs_mode == "raw") else None
-        )
-        processors = processor_batch(rows, logits.shape[1], self.eos_token_ids, logits.device)
-        grammars = any(row.grammar is not None for row in rows)
-        if processors is not None or grammars:  # usually neither: nothing copied
+        step = step_processors(rows, logits.shape[1], self.eos_token_ids, logits.device)
+        raw_logprobs = self._raw_logprobs(logits, rows, step)
+        if step is not None:  # usually none: nothing copied
             logits = self._own_copy(logits)
-        if processors is not None:
-            processors.apply(logits)
-        if grammars:
-            apply_grammar_masks(logits, rows)  # with the bans: part of the processed distribution
+            step.apply(logits)  # the bans and the grammar: part of the processed distribution
         logits, empty = guard_empty_rows(logits, rows, model_logits)  # no token left: drawn from nothing
         scaled = self._apply_temperature(logits, rows, owned=logits is not model_logits)
         logits = truncate(scaled, rows, self._workspace)
@@ -109,16 +105,20 @@ class Sampler:
     def _log_softmax(self, logits: torch.Tensor, name: str) -> torch.Tensor:
         return torch.log_softmax(logits, dim=-1, out=self._buffer(name, logits))
 
+    def _raw_logprobs(
+        self, logits: torch.Tensor, rows: list[SampleRow], step: StepProcessors | None
+    ) -> torch.Tensor | None:
+        """The raw rows' source: the model's logits, with the grammar masks when a row has a grammar (vLLM)."""
+        if not _any(rows, lambda p: p.logprobs_mode == "raw"):
+            return None
+        if step is not None and step.grammar is not None:
+            logits = self._buffer("raw masked", logits).copy_(logits)
+            step.grammar.apply(logits)
+        return self._log_softmax(logits, "raw")
+
     def _apply_temperature(self, logits: torch.Tensor, rows: list[SampleRow], owned: bool) -> torch.Tensor:
-        """Greedy rows keep their logits; a temperature below 1 can overflow fp32 logits, hence the clamp
-        (overflowed values become the largest finite ones: still the extremes, never inf - inf = NaN).
-        In place when the logits are the sampler's own, else into its "logits" buffer."""
-        temps = [row.params.temperature if not row.params.greedy else 1.0 for row in rows]
-        if all(t == 1.0 for t in temps):
-            return logits
-        into = logits if owned else self._buffer("logits", logits)
-        scaled = torch.div(logits, row_column([min(t, _FP32_MAX) for t in temps], logits), out=into)
-        return scaled.clamp_(min=-_FP32_MAX, max=_FP32_MAX) if min(temps) < 1.0 else scaled
+        """In place when the logits are the sampler's own, else into its "logits" buffer."""
+        return temperature_scaled(logits, rows, out=logits if owned else self._buffer("logits", logits))
 
     def _draw(self, logprobs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         """The exponential race argmax p / E, in log space: argmax(log p - log E)."""
@@ -139,9 +139,6 @@ class Sampler:
 
 def _any(rows: list[SampleRow], predicate) -> bool:
     return any(predicate(row.params) for row in rows)
-
-
-_FP32_MAX = torch.finfo(torch.float32).max
 
 
 def _gather_logprobs(
