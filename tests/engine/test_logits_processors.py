@@ -141,6 +141,19 @@ def test_bans_alone_leave_the_kept_mass_at_zero() -> None:
     assert out.kept_log_masses[0] == 0.0 and out.kept_log_masses[1] < 0.0
 
 
+def test_a_banned_token_stays_minus_inf_and_unkept_under_a_temperature_below_one() -> None:
+    """The overflow clamp of temperature < 1 once floored -inf at -3.4e38: a banned token then showed a
+    finite value in top_logprobs and counted as kept in kept_token_ids."""
+    allowed = [4, 5, 6]
+    params = SamplingParams(
+        seed=1, temperature=0.5, logprobs=VOCAB, allowed_token_ids=allowed, return_kept_tokens=True
+    )
+    out = Sampler(seed=0)(logits_of(1, seed=6), [SampleRow(params, 0, [9], 1)])
+    assert out.kept_token_ids[0] == allowed
+    banned = {t: v for t, v in out.top_logprobs[0].items() if t not in allowed}
+    assert banned and all(v == float("-inf") for v in banned.values())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
