@@ -19,6 +19,7 @@ from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ServedNames
 from rollout.protocol.chat_messages import conversation_json, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission
 
 
@@ -36,8 +37,9 @@ class Prepared:
 class Preparer:
     """Turns request bodies into Submissions for one engine (its tokenizer, context, vocabulary)."""
 
-    def __init__(self, engine: Any, served: ServedNames, tool_parser: str):
+    def __init__(self, engine: Any, served: ServedNames, tool_parser: str, max_prompts: int | None = None):
         self.engine = engine
+        self.max_prompts = max_prompts  # the engine loop's max_pending_requests: counted before tokenizing
         self.served = served
         self.tool_parser = tool_parser
         self.tokenizer = engine.tokenizer
@@ -94,6 +96,8 @@ class Preparer:
             raise ValueError("prompt: empty; give text, token ids, or a list of either")
         if all(isinstance(p, int) for p in prompt):
             return [(list(prompt), None)]
+        if self.max_prompts is not None and len(prompt) > self.max_prompts:
+            raise ValueError(too_many_prompts(len(prompt), self.max_prompts, "prompt"))
         prompts = []
         for i, p in enumerate(prompt):
             if isinstance(p, str):
