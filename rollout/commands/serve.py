@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-generate-calls",
         type=int,
         default=256,
-        help="open Generate/GenerateBatch calls before RESOURCE_EXHAUSTED (each holds a server thread; default 256)",
+        help="open generate calls per front end (gRPC Generate/GenerateBatch, HTTP completions), shared "
+        "fairly by callers; past it or a caller's share RESOURCE_EXHAUSTED / 429 (default 256)",
     )
     parser.add_argument(
         "--max-message-mb", type=int, default=64, help="largest gRPC message, MiB (default 64)"
@@ -143,6 +144,7 @@ def _start_openai(args: argparse.Namespace, server):
             token=args.token,
             tool_call_parser=args.tool_call_parser,
             max_body_bytes=args.openai_max_body_mb * 2**20,
+            max_open_requests=args.max_generate_calls,
             served_model_names=args.served_model_name,
             tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         ).start()
