@@ -73,8 +73,9 @@ class EngineLoop:
             self._thread.start()
         return self
 
-    def stop(self, grace: float | None = None) -> None:
-        """Stops admitting, lets unfinished requests finish for up to `grace` seconds, aborts the rest.
+    def stop(self, grace: float | None = None, abort_wait: float = 10.0) -> None:
+        """Stops admitting, lets unfinished requests finish for up to `grace` seconds, aborts the rest
+        and waits up to `abort_wait` seconds for their abort samples to reach their callers.
 
         `grace=None` waits for every unfinished request; queued requests of a paused loop never run,
         so pass a grace period when paused.
@@ -84,11 +85,13 @@ class EngineLoop:
             self._cond.wait_for(lambda: not self._tracked, timeout=grace)
             self._abort_all_locked(include_queued=True)
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._tracked, timeout=10.0)
+            self._cond.wait_for(lambda: not self._tracked, timeout=abort_wait)
             self._stopped = True
             self._cond.notify_all()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(
+                abort_wait
+            )  # the step under way ends first; a daemon thread never holds the exit
             self._stop_watch.stop()
 
     def __enter__(self) -> EngineLoop:

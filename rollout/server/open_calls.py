@@ -32,8 +32,14 @@ class OpenCallLimit(grpc.ServerInterceptor):
     cancelled, deadline, client gone); the handler returns then too (it cancels its request).
     """
 
-    def __init__(self, limit: int, methods: tuple[str, ...] = GENERATE_METHODS) -> None:
+    def __init__(
+        self,
+        limit: int,
+        methods: tuple[str, ...] = GENERATE_METHODS,
+        accepting: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.limit = limit
+        self._accepting = accepting  # False while the server drains or is paused: UNAVAILABLE, not a slot
         self.slots = FairLimit(limit, "open generate calls", "--max-generate-calls")
         self._methods = frozenset(methods)
 
@@ -69,6 +75,10 @@ class OpenCallLimit(grpc.ServerInterceptor):
 
     def _enter(self, context: grpc.ServicerContext) -> None:
         """Takes a slot until the RPC ends, or aborts the call RESOURCE_EXHAUSTED."""
+        if not self._accepting():
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the server is paused or draining and not accepting requests"
+            )
         caller = grpc_caller(context)
         try:
             self.slots.acquire(caller)
