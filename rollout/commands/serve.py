@@ -79,7 +79,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--openai-max-body-mb", type=int, default=64, help="largest OpenAI request body, MiB (default 64)"
     )
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM (default 30)")
+    parser.add_argument(
+        "--structured-compile-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a structured-outputs grammar may take to compile before the request is refused "
+        "(400 / INVALID_ARGUMENT naming the field; default 10)",
+    )
+    parser.add_argument(
+        "--structured-compile-workers",
+        type=int,
+        default=2,
+        help="grammar compiles at once; more wait, up to the timeout (default 2)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds a SIGTERM leaves running requests, closing both ports included (default 30)",
+    )
     parser.add_argument(
         "--weight-idle-timeout",
         type=float,
@@ -106,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     hooks, names = _weight_sync(args.weight_idle_timeout)
     try:
         server = RolloutServer(
-            EngineLoop(engine, max_pending_requests=args.max_queue),
+            EngineLoop(engine, max_pending_requests=args.max_queue, grammar_limits=compile_limits(args)),
             host=args.host,
             port=args.port,
             token=args.token,
@@ -132,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     _stop(server, openai_server, args.grace)
     logger.info("stopped in %.2f s", time.monotonic() - started)
     if args.owns_process:
+        engine.shutdown()  # tensor-parallel workers released (atexit would, but exit_now skips it)
         exit_now(0)  # skips Python's finalization: everything the process held is closed
     return 0
 
@@ -198,6 +217,7 @@ def _warn_off_loopback(args: argparse.Namespace) -> None:
 def check_serve_args(args: argparse.Namespace) -> None:
     """UsageError for what can be refused before loading: TLS files, taken ports, a missing model."""
     _check_tls(args.tls_cert, args.tls_key)
+    compile_limits(args)
     if args.served_model_name is not None and args.openai_port is None:
         raise UsageError("--served-model-name names the model on the OpenAI API; it needs --openai-port")
     for name in args.served_model_name or ():
@@ -210,6 +230,16 @@ def check_serve_args(args: argparse.Namespace) -> None:
         _check_openai_extra()
         check_bindable(args.host, args.openai_port, "--openai-port")
     model_path(args)
+
+
+def compile_limits(args: argparse.Namespace):
+    """The structured-outputs compile bound (rollout/structured/compile_pool.py)."""
+    from rollout.structured.compile_pool import CompileLimits
+
+    try:
+        return CompileLimits(args.structured_compile_timeout, args.structured_compile_workers)
+    except ValueError as exc:
+        raise UsageError(f"--structured-compile-timeout / --structured-compile-workers: {exc}") from None
 
 
 def _check_tls(cert: str | None, key: str | None) -> None:

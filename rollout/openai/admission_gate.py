@@ -18,7 +18,6 @@ from fastapi.responses import StreamingResponse
 
 from rollout.server.admission import FairLimit
 from rollout.server.engine_loop import EngineLoop
-from rollout.server.loop_errors import NotAcceptingError
 
 CALLER_HEADER = "x-rollout-caller"  # as gRPC's `rollout-caller` metadata
 
@@ -42,9 +41,7 @@ class Gate:
     def enter(self, caller: str) -> Callable[[], None]:
         """Takes a slot for `caller` and returns its release (call it once), or raises:
         NotAcceptingError (503) while the server drains or is paused, AdmissionRefusedError (429)."""
-        if not self.loop.accepting:
-            state = "paused" if self.loop.paused else "draining"
-            raise NotAcceptingError(f"the server is {state} and not accepting requests")
+        self.loop.check_accepting()
         self.open.acquire(caller)
         released = False
 

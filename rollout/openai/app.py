@@ -28,9 +28,9 @@ from rollout.openai.guard import Guard
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ModelNotFoundError
 from rollout.openai.streaming import sse, stream_chunks
-from rollout.server.admission import AdmissionRefusedError
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
+from rollout.structured.compile_pool import CompilersBusyError
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before the answer
 
@@ -136,13 +136,14 @@ async def _errors_as_events(body: Any) -> Any:
 def _error_handlers(app: FastAPI) -> None:
     async def known(request: Request, exc: Exception) -> Response:
         status, body = status_of(exc)
-        retry = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, AdmissionRefusedError) else None
+        after = getattr(exc, "retry_after_s", None)  # admission refusals, busy grammar compilers
+        retry = {"Retry-After": str(after)} if after is not None else None
         return JSONResponse(body, status_code=status, headers=retry)
 
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         message, param = validation_message(list(exc.errors()))
         return JSONResponse(error_body(message, "BadRequestError", 400, param), status_code=400)
 
-    for kind in (ValueError, LoopError, ModelNotFoundError):
+    for kind in (ValueError, LoopError, ModelNotFoundError, CompilersBusyError):
         app.add_exception_handler(kind, known)
     app.add_exception_handler(RequestValidationError, invalid)

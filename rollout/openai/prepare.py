@@ -17,6 +17,7 @@ from rollout.openai.responses import ReplyOptions
 from rollout.openai.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ServedNames
+from rollout.openai.structured_fields import in_request_terms
 from rollout.protocol.chat_messages import conversation_json, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.server.admission import too_many_prompts
@@ -84,7 +85,10 @@ class Preparer:
         if params.bad_words:
             with TOKENIZER_LOCK:
                 params = with_bad_words_tokenized(params, self.tokenizer)
-        self.engine.validate_request(ids, params)
+        try:
+            self.engine.validate_request(ids, params)  # compiles a grammar, within the server's bound
+        except ValueError as exc:
+            raise ValueError(in_request_terms(str(exc), req)) from None
         return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
 
     def _prompts(

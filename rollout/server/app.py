@@ -116,7 +116,7 @@ def build_server(
     interceptors = [
         BootIdInterceptor(boot_id),  # first: a refused token is answered with the boot id too
         *([BearerTokenInterceptor(token, open_services)] if token else []),
-        OpenCallLimit(max_generate_calls, accepting=lambda: engine_loop.accepting),
+        OpenCallLimit(max_generate_calls, check_accepting=engine_loop.check_accepting),
         DecodeErrorInterceptor(),
     ]
     threads = futures.ThreadPoolExecutor(max_generate_calls + control_threads, "rollout-rpc")

@@ -24,6 +24,7 @@ from rollout.server.loop_errors import EngineStepError, NotAcceptingError
 from rollout.server.loop_jobs import Job, JobQueue, run_job, wait_job
 from rollout.server.request_registry import RequestRegistry, Tracked
 from rollout.server.stop_watch import StopWatch
+from rollout.structured.compile_pool import DEFAULT_LIMITS, CompileLimits
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine
@@ -41,8 +42,11 @@ class EngineLoop:
         max_pending_requests: int = 4096,
         finished_cache_size: int = 4096,
         fair_share: bool = True,
+        grammar_limits: CompileLimits | None = DEFAULT_LIMITS,
     ):
         self.engine = engine
+        if grammar_limits is not None:  # structured outputs compile in bounded workers (compile_pool.py)
+            engine.grammars.bound(grammar_limits)
         self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         # Stop strings are found by a thread of their own, fed each step's tokens (stop_watch.py).
@@ -125,11 +129,19 @@ class EngineLoop:
             self._cond.notify_all()
         return RequestHandle(self.detach, submissions, sink)
 
-    def _check_admission_locked(self, submissions: list[Submission]) -> None:
+    def check_accepting(self) -> None:
+        """NotAcceptingError (counted) while paused or draining: the front ends ask before any work."""
+        with self._cond:
+            self._check_accepting_locked()
+
+    def _check_accepting_locked(self) -> None:
         if not self.accepting:
             self.counters["rejected_unavailable"] += 1
             state = "paused" if self._paused else "draining"
             raise NotAcceptingError(f"the server is {state} and not accepting requests")
+
+    def _check_admission_locked(self, submissions: list[Submission]) -> None:
+        self._check_accepting_locked()
         self._requests.check(submissions, self.max_pending_requests)
 
     def detach(self, request_id: str, sink: queue.SimpleQueue[LoopEvent]) -> None:

@@ -19,6 +19,7 @@ import grpc
 
 from rollout.server.admission import AdmissionRefusedError, FairLimit
 from rollout.server.callers import grpc_caller
+from rollout.server.loop_errors import NotAcceptingError
 from rollout.server.retry_after import abort_retry_later
 
 GENERATE_METHODS = ("/rollout.v1.RolloutService/Generate", "/rollout.v1.RolloutService/GenerateBatch")
@@ -36,10 +37,11 @@ class OpenCallLimit(grpc.ServerInterceptor):
         self,
         limit: int,
         methods: tuple[str, ...] = GENERATE_METHODS,
-        accepting: Callable[[], bool] = lambda: True,
+        check_accepting: Callable[[], None] = lambda: None,
     ) -> None:
         self.limit = limit
-        self._accepting = accepting  # False while the server drains or is paused: UNAVAILABLE, not a slot
+        # raises NotAcceptingError while the server drains or is paused: UNAVAILABLE, not a slot
+        self._check_accepting = check_accepting
         self.slots = FairLimit(limit, "open generate calls", "--max-generate-calls")
         self._methods = frozenset(methods)
 
@@ -75,10 +77,10 @@ class OpenCallLimit(grpc.ServerInterceptor):
 
     def _enter(self, context: grpc.ServicerContext) -> None:
         """Takes a slot until the RPC ends, or aborts the call RESOURCE_EXHAUSTED."""
-        if not self._accepting():
-            context.abort(
-                grpc.StatusCode.UNAVAILABLE, "the server is paused or draining and not accepting requests"
-            )
+        try:
+            self._check_accepting()
+        except NotAcceptingError as refusal:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(refusal))
         caller = grpc_caller(context)
         try:
             self.slots.acquire(caller)

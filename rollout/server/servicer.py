@@ -40,6 +40,7 @@ from rollout.server.loop_errors import (
 )
 from rollout.server.metrics import Metrics
 from rollout.server.retry_after import abort_retry_later
+from rollout.structured.compile_pool import CompilersBusyError
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 
@@ -57,7 +58,7 @@ _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
 
 def abort_with(context: grpc.ServicerContext, exc: Exception) -> None:
     """Ends the RPC with the status code of `exc`; re-raises anything unexpected (INTERNAL)."""
-    if isinstance(exc, AdmissionRefusedError):
+    if isinstance(exc, (AdmissionRefusedError, CompilersBusyError)):
         abort_retry_later(context, exc)
     for kind, code in _STATUS:
         if isinstance(exc, kind):
