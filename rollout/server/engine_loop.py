@@ -130,7 +130,10 @@ class EngineLoop:
         return RequestHandle(self.detach, submissions, sink)
 
     def check_accepting(self) -> None:
-        """NotAcceptingError (counted) while paused or draining: the front ends ask before any work."""
+        """NotAcceptingError (counted) while paused or draining: the front ends ask before any work
+        (the asyncio thread too: no lock unless it refuses)."""
+        if self.accepting:
+            return
         with self._cond:
             self._check_accepting_locked()
 
