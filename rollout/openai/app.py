@@ -12,11 +12,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from rollout.openai.admission_gate import ReleasingStreamingResponse, http_caller
+from rollout.openai.admission_gate import CALLER_HEADER, ReleasingStreamingResponse, http_caller
 from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.errors import error_body, status_of, validation_message
 from rollout.openai.frontend import (
-    CALLER_HEADER,
     Frontend,
     WriteChoice,
     prompt_fields,

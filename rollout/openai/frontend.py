@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rollout.detokenize.finish_text import finish_text
-from rollout.openai.admission_gate import CALLER_HEADER, Gate
+from rollout.openai.admission_gate import Gate
 from rollout.openai.prepare import Prepared, Preparer
 from rollout.openai.responses import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -28,7 +28,6 @@ from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle
 
 T = TypeVar("T")
-__all__ = ["CALLER_HEADER", "Frontend"]
 DISCONNECT_POLL_S = 0.5
 WriteChoice = Callable[[CompletionOutput, int, ReplyOptions], dict[str, Any]]
 

@@ -93,9 +93,8 @@ class EngineLoop:
             self._stopped = True
             self._cond.notify_all()
         if self._thread.is_alive():
-            self._thread.join(
-                abort_wait
-            )  # the step under way ends first; a daemon thread never holds the exit
+            # the step under way ends first; past abort_wait the (daemon) thread is left to finish it
+            self._thread.join(abort_wait)
             self._stop_watch.stop()
 
     def __enter__(self) -> EngineLoop:

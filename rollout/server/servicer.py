@@ -28,7 +28,7 @@ from rollout.protocol.prompts import (
 from rollout.protocol.score_wire import prompt_logprobs_to_proto, score_result_to_proto
 from rollout.scoring import score_output, score_params
 from rollout.server.admission import AdmissionRefusedError, too_many_prompts
-from rollout.server.callers import CALLER_METADATA_KEY, grpc_caller  # noqa: F401 (re-exported)
+from rollout.server.callers import grpc_caller
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
