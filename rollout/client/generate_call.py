@@ -1,7 +1,8 @@
 """One `RolloutClient.generate` call over several servers: streams, retries, failover.
 
 A call deals its prompt groups to the servers by load (client/load_balance.py), runs one Generate stream per
-server concurrently, retries a stream answered UNAVAILABLE (server starting, paused or draining),
+server concurrently, retries a stream answered UNAVAILABLE (server starting, paused or draining) or
+RESOURCE_EXHAUSTED with a retry-after hint (over the server's bound or this caller's share of it),
 and, when a server stays unreachable while others live, gives it up and sends its unfinished prompts
 to the live ones. Any other failure cancels the call's other streams and is raised.
 """
@@ -9,6 +10,7 @@ to the live ones. Any other failure cancels the call's other streams and is rais
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -128,7 +130,7 @@ class GenerateCall:
             except grpc.RpcError as exc:
                 if (
                     self._failed
-                    or not retryable(exc)
+                    or not attempt.retries(exc)
                     or attempt.last
                     or self.servers.balancer.is_dead(address)
                 ):
@@ -190,23 +192,50 @@ class GenerateCall:
 class Attempt:
     def __init__(self, last: bool):
         self.last = last
+        self.wait_s = 0.0  # at least this long before the next attempt (the server's retry-after)
+
+    def retries(self, exc: grpc.RpcError) -> bool:
+        """Whether `exc` is worth another attempt: UNAVAILABLE, or RESOURCE_EXHAUSTED with the
+        server's retry-after hint (an admission refusal; a message too large has none), whose wait
+        it records."""
+        hint = retry_after_s(exc)
+        if hint is not None:
+            self.wait_s = hint * (1.0 + 0.5 * random.random())  # spread the callers refused together
+            return True
+        return retryable(exc)
 
 
 def attempts(max_retries: int, deadline: float | None) -> Iterator[Attempt]:
-    """Attempt markers with exponential backoff between them, bounded by retries and deadline."""
+    """Attempt markers with exponential backoff between them (at least the server's retry-after),
+    bounded by retries and deadline."""
     for attempt in range(max_retries + 1):
         last = attempt == max_retries or (deadline is not None and time.monotonic() >= deadline)
-        yield Attempt(last)
+        marker = Attempt(last)
+        yield marker
         if last:
             return
-        pause = min(0.1 * 2**attempt, 2.0)
+        pause = max(min(0.1 * 2**attempt, 2.0), marker.wait_s)
         if deadline is not None:
             pause = min(pause, max(deadline - time.monotonic(), 0.0))
         time.sleep(pause)
 
 
 def retryable(exc: grpc.RpcError) -> bool:
+    """UNAVAILABLE: the server is starting, paused, draining or gone."""
     return isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def retry_after_s(exc: grpc.RpcError) -> float | None:
+    """The server's retry-after hint (seconds) on a RESOURCE_EXHAUSTED refusal, else None."""
+    if not isinstance(exc, grpc.Call) or exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in exc.trailing_metadata() or ():
+        if key == "retry-after":
+            try:
+                return max(float(value), 0.0)
+            except ValueError:
+                return None
+    return None
 
 
 def deadline_of(timeout: float | None) -> float | None:

@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout.client.boot_ids import BootIds
-from rollout.client.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining, retryable
+from rollout.client.generate_call import GenerateCall, Servers, attempts, deadline_of, remaining
 from rollout.client.load_balance import LoadBalancer, prompt_cost
 from rollout.client.score_call import score_call
 from rollout.outputs import RequestOutput
@@ -55,9 +55,11 @@ class RolloutClient:
 
     `token`: bearer token sent on every call. `tls`: None/False plaintext, True TLS with the system
     roots, or the path of a PEM root certificate to trust. `timeout`: default deadline (s) per call.
-    `max_retries`: retries of a call answered UNAVAILABLE (server starting, paused or draining).
-    `caller`: a name the server's fair share groups this client's calls under (default: each call
-    takes its own turn).
+    `max_retries`: retries of a call answered UNAVAILABLE (server starting, paused or draining), or
+    RESOURCE_EXHAUSTED with a retry-after hint (past the server's bounds or this caller's share of
+    them), with backoff (at least the hint). `caller`: the name the server's fair share and admission
+    bounds group calls under; clients that send the same name share one turn and one share (default:
+    this client's connection to each server, so all of its calls).
     """
 
     def __init__(
@@ -310,7 +312,7 @@ class RolloutClient:
             try:
                 return method(request, timeout=remaining(deadline), metadata=self.metadata)
             except grpc.RpcError as exc:
-                if not retryable(exc) or attempt.last:
+                if not attempt.retries(exc) or attempt.last:
                     raise
         raise AssertionError("unreachable")
 

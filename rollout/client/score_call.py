@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 
-from rollout.client.generate_call import Servers, attempts, remaining, retryable
+from rollout.client.generate_call import Servers, attempts, remaining
 from rollout.client.load_balance import prompt_cost
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.score_wire import score_result_from_proto
@@ -55,6 +55,6 @@ def _score_shard(
             )
             break
         except grpc.RpcError as exc:
-            if not retryable(exc) or attempt.last:
+            if not attempt.retries(exc) or attempt.last:
                 raise
     return [score_result_from_proto(r, bool(top_logprobs)) for r in response.results]

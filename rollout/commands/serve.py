@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import ssl
+import sys
 import threading
+import time
 from pathlib import Path
 
 from rollout.commands.engine_args import add_engine_args, engine_config, loading_model, model_path
@@ -16,6 +19,7 @@ from rollout.openai.tool_parsers import PARSERS
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+HTTP_CLOSE_S = 0.3  # kept at the end of the grace for closing the HTTP port (uvicorn ticks every 0.1 s)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-generate-calls",
         type=int,
         default=256,
-        help="open Generate/GenerateBatch calls before RESOURCE_EXHAUSTED (each holds a server thread; default 256)",
+        help="open generate calls per front end (gRPC Generate/GenerateBatch, HTTP completions), shared "
+        "fairly by callers; past it or a caller's share RESOURCE_EXHAUSTED / 429 (default 256)",
     )
     parser.add_argument(
         "--max-message-mb", type=int, default=64, help="largest gRPC message, MiB (default 64)"
@@ -74,7 +79,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--openai-max-body-mb", type=int, default=64, help="largest OpenAI request body, MiB (default 64)"
     )
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM (default 30)")
+    parser.add_argument(
+        "--structured-compile-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a structured-outputs grammar may take to compile before the request is refused "
+        "(400 / INVALID_ARGUMENT naming the field; default 10)",
+    )
+    parser.add_argument(
+        "--structured-compile-workers",
+        type=int,
+        default=2,
+        help="grammar compiles at once; more wait, up to the timeout (default 2)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds a SIGTERM leaves running requests, closing both ports included (default 30)",
+    )
     parser.add_argument(
         "--weight-idle-timeout",
         type=float,
@@ -101,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     hooks, names = _weight_sync(args.weight_idle_timeout)
     try:
         server = RolloutServer(
-            EngineLoop(engine, max_pending_requests=args.max_queue),
+            EngineLoop(engine, max_pending_requests=args.max_queue, grammar_limits=compile_limits(args)),
             host=args.host,
             port=args.port,
             token=args.token,
@@ -123,10 +146,27 @@ def run(args: argparse.Namespace) -> int:
     print(f"rollout serving {engine.model_info.name} on {server.address}", flush=True)
     _wait_for_signal()
     logger.info("draining (grace %.0f s)", args.grace)
-    server.stop(grace=args.grace)
-    if openai_server is not None:
-        openai_server.stop()
+    started = time.monotonic()
+    _stop(server, openai_server, args.grace)
+    logger.info("stopped in %.2f s", time.monotonic() - started)
+    if args.owns_process:
+        engine.shutdown()  # tensor-parallel workers released (atexit would, but exit_now skips it)
+        exit_now(0)  # skips Python's finalization: everything the process held is closed
     return 0
+
+
+def _stop(server, openai_server, grace: float) -> None:
+    """Drains and closes both front ends within `grace` seconds (rollout/server/shutdown.py): the HTTP
+    port answers 503 during the drain and closes with the gRPC port."""
+    from rollout.server.shutdown import Deadline, closing_seconds
+
+    deadline, closing_s = Deadline(grace), closing_seconds(grace)
+    server.drain(grace, closing_s)
+    grpc_closed = server.server.stop(grace=deadline.left(floor=0.1))
+    if openai_server is not None:  # its port answers 503 until the last response is written
+        openai_server.wait_idle(deadline.left() - HTTP_CLOSE_S)
+        openai_server.stop(timeout=deadline.left(floor=0.1))
+    grpc_closed.wait(deadline.left(floor=0.1))
 
 
 def _start_openai(args: argparse.Namespace, server):
@@ -143,6 +183,7 @@ def _start_openai(args: argparse.Namespace, server):
             token=args.token,
             tool_call_parser=args.tool_call_parser,
             max_body_bytes=args.openai_max_body_mb * 2**20,
+            max_open_requests=args.max_generate_calls,
             served_model_names=args.served_model_name,
             tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
         ).start()
@@ -181,6 +222,7 @@ def check_serve_args(args: argparse.Namespace) -> None:
             "--token: empty; give a non-empty secret, or leave --token out to serve without auth"
         )
     _check_tls(args.tls_cert, args.tls_key)
+    compile_limits(args)
     if args.served_model_name is not None and args.openai_port is None:
         raise UsageError("--served-model-name names the model on the OpenAI API; it needs --openai-port")
     for name in args.served_model_name or ():
@@ -193,6 +235,16 @@ def check_serve_args(args: argparse.Namespace) -> None:
         _check_openai_extra()
         check_bindable(args.host, args.openai_port, "--openai-port")
     model_path(args)
+
+
+def compile_limits(args: argparse.Namespace):
+    """The structured-outputs compile bound (rollout/structured/compile_pool.py)."""
+    from rollout.structured.compile_pool import CompileLimits
+
+    try:
+        return CompileLimits(args.structured_compile_timeout, args.structured_compile_workers)
+    except ValueError as exc:
+        raise UsageError(f"--structured-compile-timeout / --structured-compile-workers: {exc}") from None
 
 
 def _check_tls(cert: str | None, key: str | None) -> None:
@@ -228,6 +280,15 @@ def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:
         logger.warning("weight sync unavailable: %s", exc)
         return [], []
     return [weight_sync_hook(idle_timeout_s)], [SERVICE_NAME]
+
+
+def exit_now(code: int) -> None:
+    """Ends the process at once, logs and output flushed: Python's finalization (a final collection
+    over the start-up heap, module teardown) took 1.6 s idle on a 2-core CPU, more after load."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _wait_for_signal() -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from rollout.openai.admission_gate import CALLER_HEADER, ReleasingStreamingResponse, http_caller
 from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.errors import error_body, status_of, validation_message
 from rollout.openai.frontend import (
-    CALLER_HEADER,
     Frontend,
     WriteChoice,
     prompt_fields,
@@ -29,6 +29,7 @@ from rollout.openai.served_names import ModelNotFoundError
 from rollout.openai.streaming import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
+from rollout.structured.compile_pool import CompilersBusyError
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before the answer
 
@@ -76,21 +77,32 @@ async def _generate(
     prefix: str,
     write: WriteChoice,
 ) -> Response:
-    request_id, prepared, handle = await frontend.submit(req, prefix, request.headers.get(CALLER_HEADER))
-    chat = prefix == "chatcmpl"
-    counted: list[int] = []
-    if req.stream:
-        head = frontend.head(request_id, "chat.completion.chunk" if chat else "text_completion")
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
-        body = stream_chunks(
-            head,
-            prompt_fields(prepared),
-            _opening(prepared, chat),
-            frontend.deltas(handle, prepared, chat, counted),
-            (lambda: usage_of(prepared, counted)) if include_usage else None,
-        )
-        return StreamingResponse(_errors_as_events(body), media_type="text/event-stream")
-    choices = await frontend.collect(handle, prepared, write, request.is_disconnected, counted)
+    client_host = request.client.host if request.client else None
+    caller = http_caller(request.headers.get(CALLER_HEADER), req.user, client_host)
+    release = frontend.gate.enter(caller)  # 503 while draining, 429 past the bound or the caller's share
+    streaming = False
+    try:
+        request_id, prepared, handle = await frontend.submit(req, prefix, caller)
+        chat = prefix == "chatcmpl"
+        counted: list[int] = []
+        if req.stream:
+            head = frontend.head(request_id, "chat.completion.chunk" if chat else "text_completion")
+            include_usage = req.stream_options is not None and req.stream_options.include_usage
+            body = stream_chunks(
+                head,
+                prompt_fields(prepared),
+                _opening(prepared, chat),
+                frontend.deltas(handle, prepared, chat, counted),
+                (lambda: usage_of(prepared, counted)) if include_usage else None,
+            )
+            streaming = True  # the response releases the slot when it ends
+            return ReleasingStreamingResponse(
+                _errors_as_events(body), release, media_type="text/event-stream"
+            )
+        choices = await frontend.collect(handle, prepared, write, request.is_disconnected, counted)
+    finally:
+        if not streaming:
+            release()
     if choices is None:
         return Response(status_code=CLIENT_CLOSED)
     head = frontend.head(request_id, "chat.completion" if chat else "text_completion")
@@ -123,12 +135,14 @@ async def _errors_as_events(body: Any) -> Any:
 def _error_handlers(app: FastAPI) -> None:
     async def known(request: Request, exc: Exception) -> Response:
         status, body = status_of(exc)
-        return JSONResponse(body, status_code=status)
+        after = getattr(exc, "retry_after_s", None)  # admission refusals, busy grammar compilers
+        retry = {"Retry-After": str(after)} if after is not None else None
+        return JSONResponse(body, status_code=status, headers=retry)
 
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         message, param = validation_message(list(exc.errors()))
         return JSONResponse(error_body(message, "BadRequestError", 400, param), status_code=400)
 
-    for kind in (ValueError, LoopError, ModelNotFoundError):
+    for kind in (ValueError, LoopError, ModelNotFoundError, CompilersBusyError):
         app.add_exception_handler(kind, known)
     app.add_exception_handler(RequestValidationError, invalid)

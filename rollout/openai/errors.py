@@ -19,12 +19,14 @@ from rollout.server.loop_errors import (
     QueueFullError,
     RequestConflictError,
 )
+from rollout.structured.compile_pool import CompilersBusyError
 
 # Most specific first.
 _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (ModelNotFoundError, 404, "NotFoundError"),
     (ValueError, 400, "BadRequestError"),
     (QueueFullError, 429, "RateLimitError"),
+    (CompilersBusyError, 429, "RateLimitError"),
     (NotAcceptingError, 503, "ServiceUnavailableError"),
     (RequestConflictError, 409, "ConflictError"),
     (EngineStepError, 500, "InternalServerError"),

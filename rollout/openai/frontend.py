@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rollout.detokenize.finish_text import finish_text
+from rollout.openai.admission_gate import Gate
 from rollout.openai.prepare import Prepared, Preparer
 from rollout.openai.responses import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -27,7 +28,6 @@ from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle
 
 T = TypeVar("T")
-CALLER_HEADER = "x-rollout-caller"  # as gRPC's `rollout-caller` metadata: calls that share it share a turn
 DISCONNECT_POLL_S = 0.5
 WriteChoice = Callable[[CompletionOutput, int, ReplyOptions], dict[str, Any]]
 
@@ -50,18 +50,20 @@ class Frontend:
         self.loop = loop
         self.served = ServedNames.of(served_model_names, engine.model_info.name)
         self.tool_parser = parser
-        self.preparer = Preparer(engine, self.served, parser)
-        # Each open request waits for its samples on one of these threads, as a gRPC call holds one.
+        self.preparer = Preparer(engine, self.served, parser, loop.max_pending_requests)
+        # Each open request waits for its samples on one of these threads, as a gRPC call holds one;
+        # the gate bounds open requests to their number (admission_gate.py), the 8 more prepare and write.
         self.executor = ThreadPoolExecutor(max_open_requests + 8, "rollout-openai")
+        self.gate = Gate(loop, max_open_requests)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def submit(
-        self, req: ChatCompletionRequest | CompletionRequest, prefix: str, caller: str | None
+        self, req: ChatCompletionRequest | CompletionRequest, prefix: str, caller: str
     ) -> tuple[str, Prepared, RequestHandle]:
+        """Prepares and submits one request of `caller` (admission_gate.http_caller)."""
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        caller = f"openai:{caller or req.user or request_id}"
         prepare = self.preparer.chat if isinstance(req, ChatCompletionRequest) else self.preparer.completion
         prepared = await self.run(prepare, req, request_id, caller)
         handle = await self.run(self.loop.submit, prepared.submissions)

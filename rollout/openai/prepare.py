@@ -19,7 +19,9 @@ from rollout.openai.responses import ReplyOptions
 from rollout.openai.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ServedNames
+from rollout.openai.structured_fields import in_request_terms
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission
 
 
@@ -37,8 +39,9 @@ class Prepared:
 class Preparer:
     """Turns request bodies into Submissions for one engine (its tokenizer, context, vocabulary)."""
 
-    def __init__(self, engine: Any, served: ServedNames, tool_parser: str):
+    def __init__(self, engine: Any, served: ServedNames, tool_parser: str, max_prompts: int | None = None):
         self.engine = engine
+        self.max_prompts = max_prompts  # the engine loop's max_pending_requests: counted before tokenizing
         self.served = served
         self.tool_parser = tool_parser
         self.tokenizer = engine.tokenizer
@@ -82,7 +85,10 @@ class Preparer:
         if params.bad_words:
             with TOKENIZER_LOCK:
                 params = with_bad_words_tokenized(params, self.tokenizer)
-        self.engine.validate_request(ids, params)
+        try:
+            self.engine.validate_request(ids, params)  # compiles a grammar, within the server's bound
+        except ValueError as exc:
+            raise ValueError(in_request_terms(str(exc), req)) from None
         return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
 
     def _prompts(
@@ -94,6 +100,8 @@ class Preparer:
             raise ValueError("prompt: empty; give text, token ids, or a list of either")
         if all(isinstance(p, int) for p in prompt):
             return [(list(prompt), None)]
+        if self.max_prompts is not None and len(prompt) > self.max_prompts:
+            raise ValueError(too_many_prompts(len(prompt), self.max_prompts, "prompt"))
         prompts = []
         for i, p in enumerate(prompt):
             if isinstance(p, str):

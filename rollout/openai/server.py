@@ -70,7 +70,19 @@ class OpenAIServer:
             time.sleep(0.01)
         return self
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Waits until no generate request is open (their responses written), at most `timeout` s; the
+        port keeps answering meanwhile (503 once the engine loop stopped admitting)."""
+        deadline = time.monotonic() + timeout
+        while self.frontend.gate.open.total > 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def stop(self, timeout: float = 10.0) -> None:
+        """Closes the port; responses still being written get `timeout` seconds, then are cut."""
+        self._server.config.timeout_graceful_shutdown = max(timeout - 0.2, 0.0)  # uvicorn's 0.1 s ticks
         self._server.should_exit = True
         self._thread.join(timeout)
         self.frontend.shutdown()

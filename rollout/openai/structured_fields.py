@@ -21,6 +21,23 @@ GUIDED = {
 
 
 def structured_outputs_of(request: Any) -> StructuredOutputsParams | None:
+    return next(iter(_sources(request).values()), None)
+
+
+def in_request_terms(message: str, request: Any) -> str:
+    """An error about `structured_outputs.<kind>` (a compile that failed or was cut) named by the field
+    the request used: `response_format.json_schema`, `guided_regex`, ... (`structured_outputs` as is)."""
+    if not message.startswith("structured_outputs") or ":" not in message:
+        return message
+    source = next(iter(_sources(request)), "structured_outputs")
+    if source == "structured_outputs":
+        return message
+    json_schema = source == "response_format" and request.response_format.get("type") == "json_schema"
+    field = "response_format.json_schema" if json_schema else source
+    return field + message[message.index(":") :]
+
+
+def _sources(request: Any) -> dict[str, StructuredOutputsParams]:
     sources: dict[str, StructuredOutputsParams] = {}
     if request.structured_outputs is not None:
         sources["structured_outputs"] = structured_outputs_from(request.structured_outputs)
@@ -33,7 +50,7 @@ def structured_outputs_of(request: Any) -> StructuredOutputsParams | None:
         sources["response_format"] = from_format
     if len(sources) > 1:
         raise ValueError(f"{' and '.join(sources)}: give one way of constraining the output, not several")
-    return next(iter(sources.values()), None)
+    return sources
 
 
 def _response_format(response_format: dict[str, Any] | None) -> StructuredOutputsParams | None:

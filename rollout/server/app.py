@@ -24,6 +24,7 @@ from rollout.server.metrics import Metrics
 from rollout.server.open_calls import OpenCallLimit
 from rollout.server.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, add_reflection
 from rollout.server.servicer import SERVICE_NAME, RolloutServicer
+from rollout.server.shutdown import MIN_ABORT_WAIT_S, Deadline, closing_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def build_server(
     interceptors = [
         BootIdInterceptor(boot_id),  # first: a refused token is answered with the boot id too
         *([BearerTokenInterceptor(token, open_services)] if token is not None else []),
-        OpenCallLimit(max_generate_calls),
+        OpenCallLimit(max_generate_calls, check_accepting=engine_loop.check_accepting),
         DecodeErrorInterceptor(),
     ]
     threads = futures.ThreadPoolExecutor(max_generate_calls + control_threads, "rollout-rpc")
@@ -173,11 +174,19 @@ class RolloutServer:
         logger.info("rollout server listening on %s", self.address)
         return self
 
-    def stop(self, grace: float | None = 5.0) -> None:
-        """Health NOT_SERVING, stop admitting, drain for up to `grace` s, then close the port."""
+    def drain(self, grace: float | None, closing_s: float) -> None:
+        """Health NOT_SERVING, no new requests on any front end (UNAVAILABLE / 503); the running ones
+        get `grace - closing_s` seconds (None: as long as they take), then the rest are aborted and
+        their abort samples handed to their calls within `closing_s` (rollout/server/shutdown.py)."""
         self.health.enter_graceful_shutdown()
-        self.loop.stop(grace)
-        self.server.stop(grace=1.0).wait()
+        drain_s = None if grace is None else max(grace - closing_s, 0.0)
+        self.loop.stop(drain_s, abort_wait=max(closing_s / 2, MIN_ABORT_WAIT_S))
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """`drain`, then close the port: all within `grace` seconds (None: once every request ended)."""
+        deadline, closing_s = Deadline(grace), closing_seconds(grace)
+        self.drain(grace, closing_s)
+        self.server.stop(grace=closing_s if grace is None else deadline.left(floor=0.1)).wait()
 
     def __enter__(self) -> RolloutServer:
         return self.start()

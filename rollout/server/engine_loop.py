@@ -24,6 +24,7 @@ from rollout.server.loop_errors import EngineStepError, NotAcceptingError
 from rollout.server.loop_jobs import Job, JobQueue, run_job, wait_job
 from rollout.server.request_registry import RequestRegistry, Tracked
 from rollout.server.stop_watch import StopWatch
+from rollout.structured.compile_pool import DEFAULT_LIMITS, CompileLimits
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine
@@ -41,8 +42,11 @@ class EngineLoop:
         max_pending_requests: int = 4096,
         finished_cache_size: int = 4096,
         fair_share: bool = True,
+        grammar_limits: CompileLimits | None = DEFAULT_LIMITS,
     ):
         self.engine = engine
+        if grammar_limits is not None:  # structured outputs compile in bounded workers (compile_pool.py)
+            engine.grammars.bound(grammar_limits)
         self.fair_share = fair_share  # False: every queued request enters the engine at once (FIFO)
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         # Stop strings are found by a thread of their own, fed each step's tokens (stop_watch.py).
@@ -73,8 +77,9 @@ class EngineLoop:
             self._thread.start()
         return self
 
-    def stop(self, grace: float | None = None) -> None:
-        """Stops admitting, lets unfinished requests finish for up to `grace` seconds, aborts the rest.
+    def stop(self, grace: float | None = None, abort_wait: float = 10.0) -> None:
+        """Stops admitting, lets unfinished requests finish for up to `grace` seconds, aborts the rest
+        and waits up to `abort_wait` seconds for their abort samples to reach their callers.
 
         `grace=None` waits for every unfinished request; queued requests of a paused loop never run,
         so pass a grace period when paused.
@@ -84,11 +89,12 @@ class EngineLoop:
             self._cond.wait_for(lambda: not self._tracked, timeout=grace)
             self._abort_all_locked(include_queued=True)
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._tracked, timeout=10.0)
+            self._cond.wait_for(lambda: not self._tracked, timeout=abort_wait)
             self._stopped = True
             self._cond.notify_all()
         if self._thread.is_alive():
-            self._thread.join()
+            # the step under way ends first; past abort_wait the (daemon) thread is left to finish it
+            self._thread.join(abort_wait)
             self._stop_watch.stop()
 
     def __enter__(self) -> EngineLoop:
@@ -122,11 +128,22 @@ class EngineLoop:
             self._cond.notify_all()
         return RequestHandle(self.detach, submissions, sink)
 
-    def _check_admission_locked(self, submissions: list[Submission]) -> None:
+    def check_accepting(self) -> None:
+        """NotAcceptingError (counted) while paused or draining: the front ends ask before any work
+        (the asyncio thread too: no lock unless it refuses)."""
+        if self.accepting:
+            return
+        with self._cond:
+            self._check_accepting_locked()
+
+    def _check_accepting_locked(self) -> None:
         if not self.accepting:
             self.counters["rejected_unavailable"] += 1
             state = "paused" if self._paused else "draining"
             raise NotAcceptingError(f"the server is {state} and not accepting requests")
+
+    def _check_admission_locked(self, submissions: list[Submission]) -> None:
+        self._check_accepting_locked()
         self._requests.check(submissions, self.max_pending_requests)
 
     def detach(self, request_id: str, sink: queue.SimpleQueue[LoopEvent]) -> None:

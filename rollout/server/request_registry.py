@@ -8,13 +8,14 @@ registry holds that bookkeeping; it is not thread-safe: the `EngineLoop` calls i
 from __future__ import annotations
 
 import queue
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from rollout.engine.token_stream import TokenDelta
 from rollout.outputs import CompletionOutput, RequestOutput
+from rollout.server.admission import OverShareError, ServerFullError, share_refusal, too_many_prompts
 from rollout.server.handle import LoopEvent, Submission
-from rollout.server.loop_errors import EngineStepError, QueueFullError, RequestConflictError
+from rollout.server.loop_errors import EngineStepError, RequestConflictError
 
 COUNTERS = ("accepted", "finished", "failed", "rejected_full", "rejected_unavailable", "deduplicated")
 
@@ -59,6 +60,7 @@ class RequestRegistry:
         self.unfinished: dict[str, Tracked] = {}
         self.finished: OrderedDict[str, Tracked] = OrderedDict()
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.by_caller: Counter[str] = Counter()  # unfinished requests per caller (admission.py's share)
 
     def check(self, submissions: list[Submission], max_pending: int) -> None:
         """Raises (nothing registered) for a call that repeats an id, overfills, or reuses an id."""
@@ -70,15 +72,18 @@ class RequestRegistry:
         if len({s.request_id for s in submissions}) != len(submissions):
             raise ValueError("request_id: the same request id appears twice in one call")
         if len(new) > max_pending:
-            raise ValueError(
-                f"prompts: the call has {len(new)} new prompts, more than the server admits at once "
-                f"(max_pending_requests {max_pending}); split it into smaller calls"
-            )
+            raise ValueError(too_many_prompts(len(new), max_pending))
         if len(self.unfinished) + len(new) > max_pending:
             self.counters["rejected_full"] += 1
-            raise QueueFullError(
+            raise ServerFullError(
                 f"admission queue full: {len(self.unfinished)} unfinished requests, limit {max_pending}"
             )
+        if new:
+            what, flag = "unfinished requests", "max_pending_requests"
+            refusal = share_refusal(max_pending, self.by_caller, new[0].caller, len(new), what, flag)
+            if refusal is not None:
+                self.counters["rejected_full"] += 1
+                raise OverShareError(refusal)
         for sub in submissions:
             known = self.unfinished.get(sub.request_id) or self.finished.get(sub.request_id)
             if known is not None and (
@@ -111,6 +116,7 @@ class RequestRegistry:
         new = tracked is None
         if tracked is None:
             tracked = self.unfinished[sub.request_id] = Tracked(sub)
+            self.by_caller[sub.caller] += 1
             self.counters["accepted"] += 1
         else:
             self.counters["deduplicated"] += 1
@@ -151,6 +157,7 @@ class RequestRegistry:
         if not finished:
             return
         del self.unfinished[request_id]
+        self._forget_caller(tracked)
         self.counters["finished"] += 1
         if not tracked.orphaned:
             self.finished[request_id] = tracked
@@ -173,9 +180,15 @@ class RequestRegistry:
             tracked = self.unfinished.pop(request_id, None)
             if tracked is None:
                 continue
+            self._forget_caller(tracked)
             self.counters["failed"] += 1
             for sink in tracked.sinks:
                 sink.put(LoopEvent(request_id, [], finished=True, error=error))
+
+    def _forget_caller(self, tracked: Tracked) -> None:
+        self.by_caller[tracked.caller] -= 1
+        if self.by_caller[tracked.caller] <= 0:
+            del self.by_caller[tracked.caller]
 
     def in_engine(self) -> list[str]:
         return [r for r, t in self.unfinished.items() if t.in_engine]

@@ -27,6 +27,8 @@ from rollout.protocol.prompts import (
 )
 from rollout.protocol.score_wire import prompt_logprobs_to_proto, score_result_to_proto
 from rollout.scoring import score_output, score_params
+from rollout.server.admission import AdmissionRefusedError, too_many_prompts
+from rollout.server.callers import grpc_caller
 from rollout.server.deadlines import deadline_seconds
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle, Submission
@@ -37,9 +39,10 @@ from rollout.server.loop_errors import (
     RequestConflictError,
 )
 from rollout.server.metrics import Metrics
+from rollout.server.retry_after import abort_retry_later
+from rollout.structured.compile_pool import CompilersBusyError
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
-CALLER_METADATA_KEY = "rollout-caller"
 
 # Most specific first: NoChatTemplateError is a ValueError.
 _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -55,6 +58,8 @@ _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
 
 def abort_with(context: grpc.ServicerContext, exc: Exception) -> None:
     """Ends the RPC with the status code of `exc`; re-raises anything unexpected (INTERNAL)."""
+    if isinstance(exc, (AdmissionRefusedError, CompilersBusyError)):
+        abort_retry_later(context, exc)
     for kind, code in _STATUS:
         if isinstance(exc, kind):
             context.abort(code, str(exc))
@@ -136,7 +141,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GenerateRequest | pb.GenerateBatchRequest, context: grpc.ServicerContext
     ) -> RequestHandle:
         try:
-            return self.loop.submit(self._submissions(request, _caller(context)))
+            return self.loop.submit(self._submissions(request, grpc_caller(context)))
         except Exception as exc:
             abort_with(context, exc)
             raise  # unreachable: abort_with always raises
@@ -146,6 +151,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     ) -> list[Submission]:
         if not request.prompts:
             raise ValueError("prompts: at least one prompt is required")
+        if len(request.prompts) > self.loop.max_pending_requests:  # before tokenizing any of them
+            raise ValueError(too_many_prompts(len(request.prompts), self.loop.max_pending_requests))
         try:
             params = convert.params_from_proto(request.params)
             # bad_words are tokenized here, on the RPC thread: the loop thread never tokenizes
@@ -153,7 +160,6 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         except ValueError as exc:
             raise ValueError(f"params: {exc}") from None
         base_id = request.request_id or uuid.uuid4().hex
-        caller = caller or base_id  # without a named caller, each call is its own
         subs = []
         for i, prompt in enumerate(request.prompts):
             try:
@@ -246,11 +252,6 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             action()
         except Exception as exc:
             abort_with(context, exc)
-
-
-def _caller(context: grpc.ServicerContext) -> str:
-    """The `rollout-caller` metadata value: calls that share it share one turn in admission."""
-    return dict(context.invocation_metadata() or ()).get(CALLER_METADATA_KEY, "")
 
 
 def _cancel_when_done(context: grpc.ServicerContext, handle: RequestHandle) -> None:

@@ -167,10 +167,11 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
             update = UpdateRequest(request.options)
             version, base = self._precheck(manifest, update), self._held()
             if version is None:
-                # mapped, not copied: the commit copies from the trainer's memory into the parameters
+                # CPU segments are read into this process's memory now (pread: a trainer that truncates
+                # its segment later cannot crash the commit); CUDA handles are mapped
                 tensors = {view.spec.name: open_view(view) for view in views}
                 version, base = self._commit(tensors, update, context)
-                del tensors  # unmaps now, not at the next collection
+                del tensors  # frees (or unmaps) now, not at the next collection
         return weights_pb2.UpdateWeightsFromSharedResponse(
             weight_version=version,
             num_tensors=len(manifest),

@@ -1,18 +1,23 @@
 """GrammarCompiler: StructuredOutputsParams -> a compiled grammar for the engine's tokenizer and vocabulary.
 
 Compiling can take long (a large schema, a large vocabulary), so it runs where a request is
-validated: the caller's thread offline, the RPC thread in the server. Results are cached by spec,
-so the engine loop's own validation of the same request is a lookup, never a compile.
+validated: the caller's thread offline, the RPC thread in the server (there in a worker process,
+bounded in time and number: compile_pool.py). Results are cached by spec, so the engine loop's own
+validation of the same request is a lookup, never a compile; a compile that fails or is cut caches
+nothing.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from rollout.structured.compile_pool import CompileLimits, CompilePool
+from rollout.structured.compile_spec import choice_grammar, compile_spec, import_xgrammar
+
+__all__ = ["CACHE_SIZE", "GrammarCompiler", "choice_grammar", "import_xgrammar"]
 from rollout.structured_outputs import StructuredOutputsParams
 
 CACHE_SIZE = 256  # compiled grammars kept (the xgrammar objects are small next to a model)
@@ -21,10 +26,11 @@ CACHE_SIZE = 256  # compiled grammars kept (the xgrammar objects are small next 
 class GrammarCompiler:
     def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Iterable[int]) -> None:
         xgr = import_xgrammar()
-        info = xgr.TokenizerInfo.from_huggingface(
+        self._info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(stop_token_ids)
         )
-        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        self._compiler = xgr.GrammarCompiler(self._info, max_threads=1, cache_enabled=False)
+        self._pool: CompilePool | None = None  # set by `bound`: compiles in worker processes
         self._cache: OrderedDict[StructuredOutputsParams, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.num_compiled = 0  # compiles done (cache misses): tests check where they happen
@@ -45,43 +51,11 @@ class GrammarCompiler:
                 self._cache.popitem(last=False)
         return compiled
 
+    def bound(self, limits: CompileLimits) -> None:
+        """From now on, compile in worker processes within `limits` (compile_pool.py)."""
+        self._pool = CompilePool(self._info, limits)
+
     def _compile(self, spec: StructuredOutputsParams) -> Any:
-        kind = spec.kind
-        try:
-            if kind == "json":
-                json.loads(spec.json)  # a readable error for text that is not JSON at all
-                return self._compiler.compile_json_schema(
-                    spec.json, any_whitespace=not spec.disable_any_whitespace
-                )
-            if kind == "json_object":
-                return self._compiler.compile_json_schema(
-                    '{"type": "object"}', any_whitespace=not spec.disable_any_whitespace
-                )
-            if kind == "regex":
-                return self._compiler.compile_regex(spec.regex)
-            if kind == "choice":
-                return self._compiler.compile_grammar(choice_grammar(spec.choice))
-            return self._compiler.compile_grammar(spec.grammar)
-        except (RuntimeError, ValueError) as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"structured_outputs.{kind}: does not compile: {_tail(reason)}") from None
-
-
-def choice_grammar(choices: tuple[str, ...]) -> str:
-    """vLLM's choice: an EBNF alternation of the literal strings (JSON string escapes are EBNF's)."""
-    return "root ::= " + " | ".join(json.dumps(c) for c in choices)
-
-
-def import_xgrammar() -> Any:
-    try:
-        import xgrammar
-    except ImportError:
-        raise ValueError(
-            'structured_outputs: needs the grammar library: pip install "rollout[structured]" (xgrammar)'
-        ) from None
-    return xgrammar
-
-
-def _tail(reason: str) -> str:
-    """xgrammar prefixes its messages with a timestamp and a C++ source location."""
-    return reason.split(": ", 1)[1] if reason.startswith("[") and ": " in reason else reason
+        if self._pool is not None:
+            return self._pool.compile(spec, lambda: compile_spec(self._compiler, spec))
+        return compile_spec(self._compiler, spec)

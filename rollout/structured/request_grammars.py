@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollout.sampling_params import SamplingParams
+from rollout.structured.compile_pool import CompileLimits
 from rollout.structured.grammar_compiler import GrammarCompiler
 
 
@@ -20,6 +21,7 @@ class RequestGrammars:
         self._vocab_size = vocab_size
         self._stop_token_ids = frozenset(stop_token_ids)
         self._compiler: GrammarCompiler | None = None
+        self._limits: CompileLimits | None = None  # set by a server: compiles bounded (compile_pool.py)
         self._lock = threading.Lock()
 
     def compile(self, params: SamplingParams) -> Any | None:
@@ -33,9 +35,19 @@ class RequestGrammars:
             )
         return self.compiler.compile(spec)
 
+    def bound(self, limits: CompileLimits) -> None:
+        """Compiles from now on run in worker processes, at most `limits.workers` at once, each cut after
+        `limits.timeout_s` (a server's setting; offline, a compile runs on the caller's thread)."""
+        with self._lock:
+            self._limits = limits
+            if self._compiler is not None:
+                self._compiler.bound(limits)
+
     @property
     def compiler(self) -> GrammarCompiler:
         with self._lock:
             if self._compiler is None:
                 self._compiler = GrammarCompiler(self._tokenizer, self._vocab_size, self._stop_token_ids)
+                if self._limits is not None:
+                    self._compiler.bound(self._limits)
             return self._compiler

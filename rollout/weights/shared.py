@@ -2,8 +2,9 @@
 
 CPU storages move (once, then stay) into named shared memory, as torch.multiprocessing's
 "file_system" strategy does; CUDA storages are shared as IPC handles by torch.multiprocessing's
-reductions. The server maps them and the commit copies straight from them into its parameters: the
-bytes cross no socket and no staging buffer.
+reductions. The server reads a CPU segment into its own memory when the push arrives (pread, never a
+mapping: a trainer that truncates its segment must not be able to crash the server, segment_read.py)
+and maps a CUDA handle; the commit copies from there into its parameters. No byte crosses a socket.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch.multiprocessing import reductions
 
 from rollout.weights.manifest import TensorSpec, WeightUpdateError, torch_dtype
+from rollout.weights.segment_read import read_segment_view
 
 _SHM_DIR = Path("/dev/shm")
 _SHM_PREFIX = "/torch_"
@@ -104,13 +106,13 @@ def _cuda_handle(tensor: torch.Tensor) -> CudaIpcHandle:
 
 
 def open_view(view: SharedView) -> torch.Tensor:
-    """Maps `view` read-only in spirit (the server only reads it); raises before mapping anything invalid."""
+    """The tensor of `view`: a CPU segment's bytes read into private memory now, a CUDA handle mapped;
+    raises before reading anything a view does not cover."""
     dtype = torch_dtype(view.spec.dtype)
     _check_view(view, torch.empty((), dtype=dtype).element_size())
     if isinstance(view.handle, CudaIpcHandle):
         return _open_cuda(view, dtype)
-    storage = _open_shared_memory(view.spec.name, view.handle)
-    return torch.empty(0, dtype=dtype).set_(storage, view.storage_offset, view.spec.shape, view.stride)
+    return _read_shared_memory(view, dtype)
 
 
 def _check_view(view: SharedView, itemsize: int) -> None:
@@ -129,23 +131,36 @@ def _check_view(view: SharedView, itemsize: int) -> None:
         )
 
 
-def _open_shared_memory(name: str, handle: SharedMemoryHandle) -> torch.UntypedStorage:
+def _read_shared_memory(view: SharedView, dtype: torch.dtype) -> torch.Tensor:
+    name, handle = view.spec.name, view.handle
+    assert isinstance(handle, SharedMemoryHandle)
     segment = handle.name.decode(errors="replace")
     if not segment.startswith(_SHM_PREFIX) or "/" in segment[1:]:
         raise WeightUpdateError(f"{name}: {segment!r} is not a torch shared-memory segment")
-    path = _SHM_DIR / segment[1:]
-    if _SHM_DIR.is_dir():
-        size = path.stat().st_size if path.exists() else None
-        if size is None:
-            raise SharedHandleError(f"{name}: no shared-memory segment {segment} on this machine")
-        if size < handle.nbytes:  # mapping it would grow the trainer's segment
-            raise WeightUpdateError(
-                f"{name}: segment {segment} has {size} bytes, the handle says {handle.nbytes}"
-            )
+    if not _SHM_DIR.is_dir():  # no /dev/shm (macOS): there a segment's size is fixed once it is set
+        return _map_shared_memory(view, dtype).clone()
     try:
-        return torch.UntypedStorage._new_shared_filename_cpu(handle.manager, handle.name, handle.nbytes)
+        return read_segment_view(
+            _SHM_DIR / segment[1:],
+            handle.nbytes,
+            name,
+            dtype,
+            view.spec.shape,
+            view.stride,
+            view.storage_offset,
+        )
+    except FileNotFoundError:
+        raise SharedHandleError(f"{name}: no shared-memory segment {segment} on this machine") from None
+
+
+def _map_shared_memory(view: SharedView, dtype: torch.dtype) -> torch.Tensor:
+    handle = view.handle
+    assert isinstance(handle, SharedMemoryHandle)
+    try:
+        storage = torch.UntypedStorage._new_shared_filename_cpu(handle.manager, handle.name, handle.nbytes)
     except RuntimeError as err:
-        raise SharedHandleError(f"{name}: {err}") from err
+        raise SharedHandleError(f"{view.spec.name}: {err}") from err
+    return torch.empty(0, dtype=dtype).set_(storage, view.storage_offset, view.spec.shape, view.stride)
 
 
 def _open_cuda(view: SharedView, dtype: torch.dtype) -> torch.Tensor:

@@ -112,6 +112,9 @@ class _EndedContext:
     def invocation_metadata(self) -> tuple:
         return ()
 
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:50000"
+
 
 def test_a_client_gone_before_the_handler_registers_its_callback_still_aborts_its_request() -> None:
     engine = make_engine()
