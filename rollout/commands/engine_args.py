@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+from rollout.commands.model_source import check_model
 from rollout.commands.usage import UsageError
 from rollout.config import EngineConfig
 
@@ -38,7 +39,12 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
-        raise UsageError(f"invalid engine option: {exc}") from None
+        named = [name for name, value in values.items() if value is not None and str(exc).startswith(name)]
+        if not named:
+            raise UsageError(f"invalid engine option: {exc}") from None
+        name = max(named, key=len)  # `max_num_seqs ...` names max_num_seqs, not a shorter prefix
+        flag = "--" + _RENAMED.get(name, name.replace("_", "-"))
+        raise UsageError(f"{flag} {values[name]}: {exc}") from None
 
 
 def engine_flags_given(args: argparse.Namespace) -> list[str]:
@@ -50,10 +56,19 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
     return [f"--{name.replace('_', '-')}" for name in given]
 
 
+def engine_source(args: argparse.Namespace) -> tuple[str | Path, EngineConfig]:
+    """The model to load and its EngineConfig, both checked before torch loads (UsageError if not)."""
+    config = engine_config(args)
+    model = model_path(args)
+    if args.tokenizer:
+        check_model(args.tokenizer, "--tokenizer", files=())
+    return model, config
+
+
 def model_path(args: argparse.Namespace) -> str | Path:
     """`--model` (a directory, or a Hugging Face id), or the embedded default model."""
     if args.model:
-        _check_model(args.model)
+        check_model(args.model)
         return args.model
     try:
         from rollout.assets import default_model_path
@@ -63,22 +78,6 @@ def model_path(args: argparse.Namespace) -> str | Path:
             "in this installation; pass --model <HF id or path>"
         ) from None
     return default_model_path()
-
-
-def _check_model(model: str) -> None:
-    """A missing directory is named as one, not reported by the Hub as a malformed repo id."""
-    if Path(model).expanduser().exists():
-        return
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(model)
-    except HFValidationError:
-        raise UsageError(
-            f"--model {model}: no such directory, and not a Hugging Face id ('org/name'); "
-            "pass a model directory or a Hub id"
-        ) from None
 
 
 @contextlib.contextmanager
