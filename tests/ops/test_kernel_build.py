@@ -97,6 +97,22 @@ def test_a_live_builder_is_waited_for_only_until_the_deadline(tmp_path) -> None:
         os.close(held)
 
 
+def test_a_process_waiting_for_another_builder_says_so_once(tmp_path, caplog) -> None:
+    """A wait of up to ten minutes in silence looked like a hang."""
+    root = tmp_path / "extensions"
+    build = tiny_build(tmp_path / "csrc", "tiny_waiting")
+    root.mkdir()
+    held = os.open(root / f"{build.folder(root).name}.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with caplog.at_level(logging.WARNING), pytest.raises(BuildFailed):
+            load_extension(build, root, wait_s=1.0)
+    finally:
+        os.close(held)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "another process is building the CPU kernels" in message and "waiting for it" in message
+
+
 def test_a_failed_build_is_remembered_and_said_in_one_line(tmp_path, monkeypatch) -> None:
     root = tmp_path / "extensions"
     build = tiny_build(tmp_path / "csrc", "tiny_failing")
