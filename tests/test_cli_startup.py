@@ -85,3 +85,38 @@ def _wait_until_reading_stdin(pid: int, timeout: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the CLI never waited for its input")
+
+
+TORCH_WATCH = """import runpy, sys
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            print("<torch import starts>", file=sys.stderr, flush=True)
+            sys.meta_path.remove(self)
+sys.meta_path.insert(0, Watch())
+sys.argv = ["rollout", *sys.argv[1:]]
+runpy.run_module("rollout.cli", run_name="__main__")
+"""
+
+
+def test_serve_says_it_is_loading_before_it_imports_torch(tmp_path: Path) -> None:
+    """torch and transformers take 5-40 s to import: a server silent that long looked hung."""
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", TORCH_WATCH, "serve", "--port", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+    try:
+        deadline = time.monotonic() + 300  # a hang guard: the import starts within a second or two
+        while "<torch import starts>" not in log.read_text() and time.monotonic() < deadline:
+            assert process.poll() is None, log.read_text()
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+    before_torch = log.read_text().split("<torch import starts>")[0]
+    assert "INFO rollout.commands.serve: loading " in before_torch
+    assert "the weights, the engine (CPU kernels, KV cache, self-check)" in before_torch

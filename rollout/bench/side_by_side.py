@@ -81,7 +81,7 @@ def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str
     for i, (name, build) in enumerate(builders.items(), start=1):
         label = "rollout LLM.generate" if name == "rollout" else BASELINES[name][0]
         progress = partial(_progress, f"{work.name} {i}/{len(builders)}, {label}")
-        progress(f"building, then a warm-up run and {repeats} timed")
+        progress(f"building, then a warm-up run and {repeats} timed runs")
         model = copy.deepcopy(base)
         system = build(model)
         if name == "rollout" and not device.startswith("cuda"):
