@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rollout.commands.model_source import check_model
-from rollout.commands.usage import UsageError
+from rollout.commands.usage import UsageError, flag_error
 from rollout.config import EngineConfig
 
 _RENAMED = {"seed": "engine-seed"}  # --seed is the sampling seed
@@ -39,12 +39,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
-        named = [name for name, value in values.items() if value is not None and str(exc).startswith(name)]
-        if not named:
-            raise UsageError(f"invalid engine option: {exc}") from None
-        name = max(named, key=len)  # `max_num_seqs ...` names max_num_seqs, not a shorter prefix
-        flag = "--" + _RENAMED.get(name, name.replace("_", "-"))
-        raise UsageError(f"{flag} {values[name]}: {exc}") from None
+        flags = {name: "--" + _RENAMED.get(name, name.replace("_", "-")) for name in values}
+        raise flag_error(exc, values, flags) from None
 
 
 def engine_flags_given(args: argparse.Namespace) -> list[str]:

@@ -22,7 +22,7 @@ from rollout.commands.arg_types import positive_int
 from rollout.commands.engine_args import add_engine_args, engine_flags_given, engine_source, loading_model
 from rollout.commands.jsonl import LineError, PromptLine, output_record
 from rollout.commands.prompt_files import check_output, open_path, read_prompts
-from rollout.commands.usage import UsageError
+from rollout.commands.usage import UsageError, flag_error
 from rollout.config import EngineConfig
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -87,7 +87,9 @@ def base_params(args: argparse.Namespace) -> SamplingParams:
             ignore_eos=args.ignore_eos, logprobs=args.logprobs, logprobs_mode=args.logprobs_mode,
         )  # fmt: skip
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        fields = [f.name for f in dataclasses.fields(SamplingParams) if hasattr(args, f.name)]
+        flags = {name: "--" + name.replace("_", "-") for name in fields}
+        raise flag_error(exc, {name: getattr(args, name) for name in fields}, flags) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ def check_model(model: str, flag: str = "--model", files: tuple[str, ...] = MODE
             )
         return
     if path.exists():
-        raise UsageError(f"{flag} {model}: a file, not a model directory; pass the directory holding it")
+        raise UsageError(f"{flag} {model}: a file, not a directory; pass the directory holding it")
     _check_hub_id(model, flag)
 
 
