@@ -1,6 +1,6 @@
 """A tool-using agent on the OpenAI API, trained with GRPO on its token-exact trajectories.
 
-    python examples/agent_loop.py                  # ~1 minute on a laptop CPU
+    python examples/agent_loop.py                  # ~1 minute on a laptop CPU, several on a busy one
     python examples/agent_loop.py --rounds 3 --group 8
 
 1. Builds a tiny chat model (a character tokenizer, a Hermes-style template that writes tool calls
