@@ -1,6 +1,6 @@
 """A tool-using agent on the OpenAI API, trained with GRPO on its token-exact trajectories.
 
-    python examples/agent_loop.py                  # ~1 minute on a laptop CPU
+    python examples/agent_loop.py                  # ~1 minute on a laptop CPU, several on a busy one
     python examples/agent_loop.py --rounds 3 --group 8
 
 1. Builds a tiny chat model (a character tokenizer, a Hermes-style template that writes tool calls
@@ -95,12 +95,19 @@ def build_model(tokenizer: PreTrainedTokenizerFast, steps: int) -> LlamaForCausa
     ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
     labels = ids.masked_fill(ids == 0, -100)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(steps):
+    print(f"supervised: {steps} steps on {len(rows)} scripted conversations", flush=True)
+    start = time.monotonic()
+    for step in range(1, steps + 1):
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    print(f"supervised: {steps} steps on {len(rows)} conversations, final loss {loss.item():.3f}")
+        if step % max(1, steps // 5) == 0 or step == steps:  # a minute or more on a busy CPU: show it moves
+            print(
+                f"  step {step}/{steps}: loss {loss.item():.3f} ({time.monotonic() - start:.0f} s)",
+                flush=True,
+            )
+    print(f"supervised: {steps} steps on {len(rows)} conversations, final loss {loss.item():.3f}", flush=True)
     return model.eval()
 
 
@@ -116,6 +123,7 @@ def serve(model_dir: str) -> Iterator[tuple[str, str]]:
     port, http_port = free_port(), free_port()
     command = [sys.executable, "-m", "rollout.cli", "serve", "--model", model_dir, "--port", str(port)]
     command += ["--openai-port", str(http_port), "--block-size", str(BLOCK_SIZE)]
+    print("starting rollout serve --openai-port on the trained model (its log follows)", flush=True)
     process = subprocess.Popen(command)
     base_url = f"http://127.0.0.1:{http_port}/v1"
     try:
@@ -285,6 +293,10 @@ def main() -> None:
             agent = Agent(base_url, tokenizer)
             for round_ in range(args.rounds):
                 batch = [next(prompts) for _ in range(args.prompts)]
+                print(
+                    f"round {round_}: {len(batch)} prompts x {args.group} episodes, then a GRPO step",
+                    flush=True,
+                )
                 groups = [
                     [agent.episode(c, seed=round_ * 1000 + i) for i in range(args.group)] for c in batch
                 ]

@@ -7,11 +7,15 @@ itself never imports a launcher.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model import model_loader
+
+logger = logging.getLogger(__name__)
 
 
 def load_engine(
@@ -25,5 +29,13 @@ def load_engine(
         from rollout.distributed.launch import start_driver
 
         return start_driver(model, config, tokenizer)
+    logger.info("loading the weights of %s", model)
+    start = time.monotonic()
     hf_model, hf_tokenizer = model_loader.load_pretrained(model, config, tokenizer)
+    logger.info(
+        "weights loaded in %.1f s (%s, %s); building the engine",
+        time.monotonic() - start,
+        str(hf_model.dtype).removeprefix("torch."),
+        hf_model.device,
+    )
     return LLMEngine(hf_model, hf_tokenizer, config, model_name=str(model))

@@ -25,8 +25,9 @@ def start_serve(args: list[str], log_path: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
 
-def announced_address(process: subprocess.Popen, log_path: Path, timeout: float = 120.0) -> str:
-    """The address the child announces in its log once it listens."""
+def announced_address(process: subprocess.Popen, log_path: Path, timeout: float = 600.0) -> str:
+    """The address the child announces in its log once it listens. `timeout` only stops a hang: a start
+    imports torch and transformers, loads and self-checks the model (a minute on 2 busy cores)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for line in log_path.read_text(errors="replace").splitlines():

@@ -133,3 +133,25 @@ def test_each_system_is_built_after_the_previous_one_is_released(monkeypatch) ->
     report = side_by_side.run(tiny_model(seed=0), work, ["generate_static"], "cpu", repeats=1)
     assert set(report.results) == {"rollout", "generate_static"}
     assert alive_at_baseline == [False]
+
+
+def test_each_systems_build_and_runs_are_reported_on_stderr(capsys) -> None:
+    """A baseline can take minutes on a CPU: the bench said nothing until its row. stdout keeps the table
+    alone (phase d1 of the GPU suite reads a cut-off run's rows)."""
+    from rollout.bench import side_by_side
+
+    work = Workload("fixed", random_prompts(2, 5, 9), 2, 4, None)
+    side_by_side.run(tiny_model(seed=0), work, ["generate_static"], "cpu", repeats=2)
+    captured = capsys.readouterr()
+    for system in (
+        "fixed 1/2, rollout LLM.generate",
+        "fixed 2/2, transformers generate, all rows at once (left padding)",
+    ):
+        for step in (
+            "building, then a warm-up run and 2 timed runs",
+            "warm-up run",
+            "timed run 1/2",
+            "timed run 2/2",
+        ):
+            assert f"rollout bench: {system}: {step}" in captured.err, (system, step)
+    assert "rollout bench:" not in captured.out

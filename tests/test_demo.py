@@ -37,9 +37,11 @@ def test_demo_through_the_cli_prints_rounds_and_the_verdict(tmp_path: Path, caps
 
 
 @pytest.mark.parametrize("flag", ["--rounds", "--prompts", "--n"])
-def test_demo_refuses_non_positive_sizes(flag: str) -> None:
-    with pytest.raises(SystemExit, match=flag):
+def test_demo_refuses_non_positive_sizes(flag: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
         cli_main(["demo", flag, "0"])
+    assert exit_.value.code == 2
+    assert f"rollout demo: error: argument {flag}: 0 is not >= 1" in capsys.readouterr().err
 
 
 def test_overlapped_rounds_generate_the_next_round_before_learning_from_this_one() -> None:

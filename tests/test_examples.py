@@ -21,7 +21,7 @@ def run_example(name: str, *args: str, cwd: Path) -> str:
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,  # a hang guard: agent_loop's supervised phase alone took 330 s on 2 busy cores
         cwd=cwd,
         env={**os.environ, "TMPDIR": str(tmp)},
     )

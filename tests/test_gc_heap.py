@@ -23,7 +23,7 @@ def test_a_command_called_in_process_freezes_nothing(tmp_path: Path) -> None:
 def test_the_program_freezes_its_start_up_heap_and_exits_clean() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rollout.cli", "--log-level", "DEBUG", *BENCH, "--compare"],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     frozen = [line for line in result.stderr.splitlines() if "start-up objects" in line]

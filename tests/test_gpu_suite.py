@@ -1,5 +1,6 @@
 """The GPU suite (docs/gpu_suite.md) without a GPU: each device call's dry run runs every phase's code path on
-CPU with tiny shapes, so the suite cannot rot between leases; the time boxes hold a slow phase to its share."""
+CPU with tiny shapes, so the suite cannot rot between leases; the time boxes hold a slow phase to its share.
+A dry run's boxes are the plan's many times over: they stop a hang, never a busy CPU (cut off under load)."""
 
 import json
 import os
@@ -11,16 +12,25 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_suite import orchestrate, phase_speed_grpo, phase_tests
-from benchmarks.gpu_suite.plan import CALL_TIMEOUT_S, CALLS, OVERHEAD_SECONDS, call_seconds, time_box
+from benchmarks.gpu_suite.plan import (
+    CALL_TIMEOUT_S,
+    CALLS,
+    DRY_RUN_SCALE,
+    OVERHEAD_SECONDS,
+    call_seconds,
+    time_box,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FILES_BACK = 8  # the device tool returns at most 8 files from $OUT per call
+# a dry run's boxes (plan.DRY_RUN_SCALE) stop a hung phase; this only stops a hung script
+DRY_RUN_HANG_S = max(call_seconds(list(names)) for names in CALLS.values()) * DRY_RUN_SCALE + 600
 
 
 def suite(*args: str, out: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OUT": str(out)}
     cmd = ["bash", str(ROOT / "scripts" / "gpu_suite.sh"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=DRY_RUN_HANG_S)
 
 
 def main(*args: str) -> subprocess.CompletedProcess:
@@ -38,7 +48,7 @@ def test_a_calls_dry_run_writes_every_phase_report_within_the_files_that_come_ba
     for phase in CALLS[call]:
         result = json.loads((tmp_path / f"phase_{phase}.json").read_text())
         assert "error" not in result, f"phase {phase} crashed:\n{result.get('error')}\n{proc.stdout[-3000:]}"
-        assert result["dry_run"] and result["seconds"] < 180 and "skipped" not in result
+        assert result["dry_run"] and "skipped" not in result
     section = (tmp_path / "benchmarks_section.md").read_text()
     assert all(f"### Phase {phase} on" in section for phase in CALLS[call])
     assert proc.returncode == 0 and len(list(tmp_path.iterdir())) <= MAX_FILES_BACK
@@ -70,11 +80,11 @@ def test_a_phase_process_past_its_hard_limit_is_killed_with_its_children_and_rec
     failures: list[str] = []
     start = time.monotonic()
     code = orchestrate.run_process(
-        [sys.executable, "-c", child], 3.0, failures.append, tmp_path / "none.json"
-    )
+        [sys.executable, "-c", child], 10.0, failures.append, tmp_path / "none.json"
+    )  # 10 s: the child has started its own child and written its pid by then, even on a busy machine
     assert code == 1 and failures and failures[0].startswith("killed") and time.monotonic() - start < 60
     grandchild = Path(f"/proc/{pid_file.read_text()}/stat")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while (
         grandchild.exists()
         and grandchild.read_text().split(") ")[1][0] not in "ZX"
@@ -109,7 +119,7 @@ def test_a_failed_environment_phase_marks_the_rest_of_the_call_skipped(tmp_path:
 def test_the_gpu_run_selects_every_gpu_marked_test_the_batched_processors_included() -> None:
     files = phase_tests.gpu_test_files()
     cmd = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-m", "gpu", *files]
-    listed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    listed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900).stdout
     assert "tests/engine/test_processor_batch.py" in files
     assert "test_the_processors_make_no_host_sync_per_row_on_cuda" in listed
     assert "test_the_processors_give_the_same_bits_on_cuda_as_on_the_cpu" in listed

@@ -119,7 +119,7 @@ def test_a_server_written_off_gets_prompts_again_once_it_is_back() -> None:
         client.generate(prompts, GREEDY)  # a is gone: every prompt fails over to b
         assert address_a in client.dead_servers
         with serving(make_engine(), port=port_a) as back:
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 60  # seconds quiet; a busy machine stretches them
             while not back.loop.counters["accepted"] and time.monotonic() < deadline:
                 client.generate(prompts, GREEDY)
                 time.sleep(0.5)

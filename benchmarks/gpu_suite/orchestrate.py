@@ -15,15 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.gpu_suite.plan import GRACE, MIN_BOX, STOPS_THE_CALL, call_seconds, time_box
+from benchmarks.gpu_suite.plan import DRY_RUN_SCALE, GRACE, MIN_BOX, STOPS_THE_CALL, call_seconds, time_box
 from benchmarks.gpu_suite.report import Context, skipped, write_phase
 
 
 def run_call(
     names: list[str], out: Path, dry_run: bool, seconds: float | None = None, grace: float = GRACE
 ) -> int:
-    """Runs `names` in order within `seconds` (default: their reservations); 1 when any phase failed."""
-    end = time.monotonic() + (call_seconds(names) if seconds is None else seconds)
+    """Runs `names` in order within `seconds` (default: their reservations, DRY_RUN_SCALE times over
+    in a dry run); 1 when any phase failed."""
+    planned = call_seconds(names) * (DRY_RUN_SCALE if dry_run else 1.0)
+    end = time.monotonic() + (planned if seconds is None else seconds)
     status, stop, summary = 0, None, []
     for i, name in enumerate(names):
         box = time_box(end - time.monotonic(), names[i + 1 :])

@@ -36,6 +36,9 @@ CALLS: dict[int, tuple[str, ...]] = {1: ("a", "b", "c", "h", "l"), 2: ("d1", "d2
 CALL_TIMEOUT_S: dict[int, int] = {1: 340, 2: 350}
 # scripts/gpu_suite.sh around the phases: installing .whl/ (~15 s; skipped on a warm machine), the assembly
 OVERHEAD_SECONDS = 25.0
+# A CPU dry run (--dry-run) checks code paths, not speed: its boxes are the plan's times this many times
+# over, so they stop only a hang (on a busy 2-core CPU phase h took 109 s against its 25 s reservation)
+DRY_RUN_SCALE = 8.0
 GRACE = 10.0  # seconds past a phase's deadline before its process (and its children) are killed
 MIN_BOX = 15.0  # a phase given less than this is skipped rather than started
 STOPS_THE_CALL = "a"  # a broken environment (an import, no CUDA) makes every later phase meaningless

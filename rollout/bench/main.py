@@ -23,9 +23,6 @@ def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
     """`owns_process`: run as a program (`rollout bench`), not by code that keeps the process."""
     args = build_parser().parse_args(argv)
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)  # transformers' per-run chatter
-    for name in ("prompts", "n", "repeats"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"rollout bench: --{name} must be >= 1")
     lo, hi = args.prompt_len or ((8, 16) if args.model is None else (64, 128))
     new = args.new or (32 if args.model is None else 64)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -77,16 +78,18 @@ def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str
     print(f"  {'system':58s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>9s}  rollout is", flush=True)
     results: dict[str, systems.Result] = {}
     floors: list[float] = []
-    for name, build in builders.items():
+    for i, (name, build) in enumerate(builders.items(), start=1):
+        label = "rollout LLM.generate" if name == "rollout" else BASELINES[name][0]
+        progress = partial(_progress, f"{work.name} {i}/{len(builders)}, {label}")
+        progress(f"building, then a warm-up run and {repeats} timed runs")
         model = copy.deepcopy(base)
         system = build(model)
         if name == "rollout" and not device.startswith("cuda"):
             system, floors = _with_floor(model, system)
-        results[name] = result = systems.measure(system, repeats)
+        results[name] = result = systems.measure(system, repeats, progress=progress)
         del system, model
         systems.release_device_memory()
         ratio = "" if name == "rollout" else f"{results['rollout'].tokens_per_s / result.tokens_per_s:.2f}x"
-        label = "rollout LLM.generate" if name == "rollout" else BASELINES[name][0]
         print(
             f"  {label:58s} {result.tokens:7d} {result.seconds:8.2f} {result.tokens_per_s:9.1f}  {ratio}",
             flush=True,
@@ -102,6 +105,11 @@ def run(base: PreTrainedModel, work: Workload, baselines: list[str], device: str
         flush=True,
     )
     return Report(work, results, floor)
+
+
+def _progress(system: str, message: str) -> None:
+    """On stderr: the table on stdout stays the results alone (phase d1 reads a cut-off run's table)."""
+    print(f"rollout bench: {system}: {message}", file=sys.stderr, flush=True)
 
 
 def _with_floor(model: PreTrainedModel, system: systems.System) -> tuple[systems.System, list[float]]:

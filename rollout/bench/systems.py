@@ -173,17 +173,23 @@ def _count_tokens(completions: torch.Tensor, eos: int | None) -> int:
     return int(torch.where(ended, first, completions.shape[1]).sum())
 
 
-def measure(run: System, repeats: int, warmup: bool = True) -> Result:
-    """Median of `repeats` timed runs, after one untimed warm-up run."""
+def measure(
+    run: System, repeats: int, warmup: bool = True, progress: Callable[[str], None] | None = None
+) -> Result:
+    """Median of `repeats` timed runs, after one untimed warm-up run; `progress` hears of each run."""
+    say = progress or (lambda _: None)
     if warmup:
+        start = time.perf_counter()
         run()
+        say(f"warm-up run {time.perf_counter() - start:.1f} s")
     times, tokens = [], 0
-    for _ in range(repeats):
+    for i in range(repeats):
         start = time.perf_counter()
         tokens = run()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        say(f"timed run {i + 1}/{repeats} {times[-1]:.1f} s")
     return Result(statistics.median(times), tokens)
 
 

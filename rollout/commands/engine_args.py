@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollout.commands.usage import UsageError
+from rollout.commands.model_source import check_model
+from rollout.commands.usage import UsageError, flag_error
 from rollout.config import EngineConfig
 
 _RENAMED = {"seed": "engine-seed"}  # --seed is the sampling seed
@@ -38,7 +39,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     try:
         return EngineConfig(**{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
-        raise UsageError(f"invalid engine option: {exc}") from None
+        flags = {name: "--" + _RENAMED.get(name, name.replace("_", "-")) for name in values}
+        raise flag_error(exc, values, flags) from None
 
 
 def engine_flags_given(args: argparse.Namespace) -> list[str]:
@@ -50,10 +52,19 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
     return [f"--{name.replace('_', '-')}" for name in given]
 
 
+def engine_source(args: argparse.Namespace) -> tuple[str | Path, EngineConfig]:
+    """The model to load and its EngineConfig, both checked before torch loads (UsageError if not)."""
+    config = engine_config(args)
+    model = model_path(args)
+    if args.tokenizer:
+        check_model(args.tokenizer, "--tokenizer", files=())
+    return model, config
+
+
 def model_path(args: argparse.Namespace) -> str | Path:
     """`--model` (a directory, or a Hugging Face id), or the embedded default model."""
     if args.model:
-        _check_model(args.model)
+        check_model(args.model)
         return args.model
     try:
         from rollout.assets import default_model_path
@@ -63,22 +74,6 @@ def model_path(args: argparse.Namespace) -> str | Path:
             "in this installation; pass --model <HF id or path>"
         ) from None
     return default_model_path()
-
-
-def _check_model(model: str) -> None:
-    """A missing directory is named as one, not reported by the Hub as a malformed repo id."""
-    if Path(model).expanduser().exists():
-        return
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(model)
-    except HFValidationError:
-        raise UsageError(
-            f"--model {model}: no such directory, and not a Hugging Face id ('org/name'); "
-            "pass a model directory or a Hub id"
-        ) from None
 
 
 @contextlib.contextmanager

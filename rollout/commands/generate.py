@@ -10,24 +10,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from tqdm import tqdm
 
-from rollout.commands.engine_args import (
-    add_engine_args,
-    engine_config,
-    engine_flags_given,
-    loading_model,
-    model_path,
-)
-from rollout.commands.jsonl import LineError, PromptLine, output_record, parse_line
-from rollout.commands.usage import UsageError
+from rollout.commands.arg_types import positive_int
+from rollout.commands.engine_args import add_engine_args, engine_flags_given, engine_source, loading_model
+from rollout.commands.jsonl import LineError, PromptLine, output_record
+from rollout.commands.prompt_files import check_output, open_path, read_prompts
+from rollout.commands.usage import UsageError, flag_error
+from rollout.config import EngineConfig
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
 
+logger = logging.getLogger(__name__)
 Backend = Callable[[list[Any], SamplingParams], list[RequestOutput]]
 
 
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--server", help="host:port of a rollout server; default: run the engine in-process")
     parser.add_argument("--token", help="bearer token for --server")
     parser.add_argument("--tls-root", help="PEM root certificate to trust for --server over TLS")
-    parser.add_argument("--batch-size", type=int, default=64, help="prompts per batch (default 64)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="prompts per batch (default 64)")
     sampling = parser.add_argument_group("sampling (per-line 'sampling_params' override these)")
     flag = _sampling_flag(sampling)
     flag("--n", type=int, help="samples per prompt")
@@ -87,17 +87,20 @@ def base_params(args: argparse.Namespace) -> SamplingParams:
             ignore_eos=args.ignore_eos, logprobs=args.logprobs, logprobs_mode=args.logprobs_mode,
         )  # fmt: skip
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        fields = [f.name for f in dataclasses.fields(SamplingParams) if hasattr(args, f.name)]
+        flags = {name: "--" + name.replace("_", "-") for name in fields}
+        raise flag_error(exc, {name: getattr(args, name) for name in fields}, flags) from None
 
 
 def run(args: argparse.Namespace) -> int:
     params = base_params(args)
     check_target_flags(args)
-    with _open(args.input, "r", sys.stdin) as src:
-        items, errors = parse_lines(src, params)
-    backend, close = _backend(args)
+    source = None if args.server else engine_source(args)  # before the input: stdin may be a terminal
+    check_output(args.output)
+    items, errors = read_prompts(args.input, params)
+    backend, close = _backend(args, source)
     try:
-        with _open(args.output, "w", sys.stdout) as dst:
+        with open_path(args.output, "w", sys.stdout) as dst:
             errors += generate_lines(items, backend, dst, args.batch_size)
     except Exception as exc:
         if args.server and _is_rpc_error(exc):
@@ -124,6 +127,8 @@ def check_target_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             f"without --server, {named} would be ignored; add --server host:port, or drop {named}"
         )
+    if args.tls_root and not Path(args.tls_root).is_file():
+        raise UsageError(f"--tls-root {args.tls_root}: no such file; pass the server's PEM root certificate")
 
 
 def _is_rpc_error(exc: Exception) -> bool:
@@ -142,18 +147,6 @@ def server_failure(address: str, exc: Any) -> str:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return f"the server at {address} refused the token; pass its --token"
     return f"the server at {address} answered {code.name}: {_message(exc)}"
-
-
-def parse_lines(lines: Iterable[str], base: SamplingParams) -> tuple[list[PromptLine], list[LineError]]:
-    items, errors = [], []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            items.append(parse_line(number, text, base))
-        except LineError as exc:
-            errors.append(exc)
-    return items, errors
 
 
 def generate_lines(
@@ -221,18 +214,24 @@ def _message(exc: Exception) -> str:
     return str(details() if callable(details) else exc)
 
 
-def _backend(args: argparse.Namespace) -> tuple[Backend, Callable[[], None]]:
-    if args.server:
+def _backend(
+    args: argparse.Namespace, source: tuple[Any, EngineConfig] | None
+) -> tuple[Backend, Callable[[], None]]:
+    if source is None:
         from rollout.client import RolloutClient
 
         client = RolloutClient(args.server, token=args.token, tls=args.tls_root)
         return client.generate, client.close
+    model, config = source
+    logger.info(
+        "loading %s: torch and transformers, the weights, the engine (CPU kernels, KV cache, self-check)",
+        model,
+    )
     from rollout.gc_heap import freeze_startup_heap
     from rollout.llm import LLM
 
-    model = model_path(args)
     with loading_model(model):
-        llm = LLM(model, tokenizer=args.tokenizer, config=engine_config(args))
+        llm = LLM(model, tokenizer=args.tokenizer, config=config)
     if args.owns_process:
         freeze_startup_heap()
     return local_backend(llm), lambda: None
@@ -261,11 +260,3 @@ def local_backend(llm: Any) -> Backend:
         return outputs
 
     return generate
-
-
-def _open(path: str, mode: str, default: IO[str]) -> Any:
-    if path == "-":
-        from contextlib import nullcontext
-
-        return nullcontext(default)
-    return open(path, mode, encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import signal
@@ -12,9 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-from rollout.commands.engine_args import add_engine_args, engine_config, loading_model, model_path
+from rollout.commands.arg_types import non_negative_float, positive_float, positive_int
+from rollout.commands.engine_args import add_engine_args, engine_source, loading_model
 from rollout.commands.ports import check_bindable, port_number
 from rollout.commands.usage import UsageError
+from rollout.config import EngineConfig
 from rollout.openai.tool_parsers import PARSERS
 
 logger = logging.getLogger(__name__)
@@ -44,19 +47,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-queue",
-        type=int,
+        type=positive_int,
         default=4096,
         help="unfinished requests before RESOURCE_EXHAUSTED (default 4096)",
     )
     parser.add_argument(
         "--max-generate-calls",
-        type=int,
+        type=positive_int,
         default=256,
         help="open generate calls per front end (gRPC Generate/GenerateBatch, HTTP completions), shared "
         "fairly by callers; past it or a caller's share RESOURCE_EXHAUSTED / 429 (default 256)",
     )
     parser.add_argument(
-        "--max-message-mb", type=int, default=64, help="largest gRPC message, MiB (default 64)"
+        "--max-message-mb", type=positive_int, default=64, help="largest gRPC message, MiB (default 64)"
     )
     parser.add_argument(
         "--openai-port",
@@ -77,30 +80,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how the OpenAI API reads tool calls in replies (default: picked from the chat template)",
     )
     parser.add_argument(
-        "--openai-max-body-mb", type=int, default=64, help="largest OpenAI request body, MiB (default 64)"
+        "--openai-max-body-mb",
+        type=positive_int,
+        default=64,
+        help="largest OpenAI request body, MiB (default 64)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=non_negative_float,
+        default=30.0,
+        help="seconds a SIGTERM leaves running requests, closing both ports included (default 30)",
     )
     parser.add_argument(
         "--structured-compile-timeout",
-        type=float,
+        type=positive_float,
         default=10.0,
         help="seconds a structured-outputs grammar may take to compile before the request is refused "
         "(400 / INVALID_ARGUMENT naming the field; default 10)",
     )
     parser.add_argument(
         "--structured-compile-workers",
-        type=int,
+        type=positive_int,
         default=2,
         help="grammar compiles at once; more wait, up to the timeout (default 2)",
     )
     parser.add_argument(
-        "--grace",
-        type=float,
-        default=30.0,
-        help="seconds a SIGTERM leaves running requests, closing both ports included (default 30)",
-    )
-    parser.add_argument(
         "--weight-idle-timeout",
-        type=float,
+        type=positive_float,
         default=120.0,
         help="seconds a weight update may wait on a silent peer (stream gap, group join, broadcast; "
         "default 120)",
@@ -110,17 +116,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_serve_args(args)  # before the model loads: a bad flag should not cost a minute
+    model, config = check_serve_args(args)  # before the model loads: a bad flag should not cost a minute
+    _warn_off_loopback(args)
+    logger.info(
+        "loading %s: torch and transformers, the weights, the engine (CPU kernels, KV cache, self-check)",
+        model,
+    )
     from rollout.engine_factory import load_engine
     from rollout.gc_heap import freeze_startup_heap
     from rollout.server.app import RolloutServer, ServerTLS
     from rollout.server.engine_loop import EngineLoop
     from rollout.server.metrics import serve_metrics_http
 
-    _warn_off_loopback(args)
-    model = model_path(args)
     with loading_model(model):
-        engine = load_engine(model, engine_config(args), args.tokenizer)
+        engine = load_engine(model, config, args.tokenizer)
     hooks, names = _weight_sync(args.weight_idle_timeout)
     try:
         server = RolloutServer(
@@ -214,9 +223,9 @@ def _warn_off_loopback(args: argparse.Namespace) -> None:
         )
 
 
-def check_serve_args(args: argparse.Namespace) -> None:
-    """UsageError for what can be refused before loading: an empty token, TLS files, taken ports, a
-    missing model."""
+def check_serve_args(args: argparse.Namespace) -> tuple[str | Path, EngineConfig]:
+    """UsageError for what can be refused before loading: an empty token, TLS files, taken ports, engine
+    options, a missing model; else the model to load and its config."""
     if args.token is not None and not args.token.strip():
         raise UsageError(  # it served both front ends with no auth at all
             "--token: empty; give a non-empty secret, or leave --token out to serve without auth"
@@ -234,7 +243,7 @@ def check_serve_args(args: argparse.Namespace) -> None:
     if args.openai_port is not None:
         _check_openai_extra()
         check_bindable(args.host, args.openai_port, "--openai-port")
-    model_path(args)
+    return engine_source(args)
 
 
 def compile_limits(args: argparse.Namespace):
@@ -264,12 +273,12 @@ def _check_tls(cert: str | None, key: str | None) -> None:
 
 
 def _check_openai_extra() -> None:
-    try:
-        import rollout.openai.server  # noqa: F401  (FastAPI + uvicorn)
-    except ImportError as exc:
+    """The extra's packages are there (found, not imported: FastAPI takes seconds to import)."""
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
         raise UsageError(
-            f"--openai-port needs the openai extra ({exc}): pip install 'rollout[openai]'"
-        ) from None
+            f"--openai-port needs the openai extra (no {', '.join(missing)}): pip install 'rollout[openai]'"
+        )
 
 
 def _weight_sync(idle_timeout_s: float) -> tuple[list, list[str]]:

@@ -8,6 +8,8 @@ memory budget: `kv_cache_memory_gb` when set, else the free GPU memory left by
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from transformers import PreTrainedModel
 
@@ -15,6 +17,7 @@ from rollout.config import EngineConfig
 from rollout.engine.kv_cache import KVCacheSpec
 from rollout.engine.model import model_loader
 
+logger = logging.getLogger(__name__)
 CPU_KV_CACHE_GB = 1.0
 
 
@@ -30,7 +33,20 @@ def max_model_len(model: PreTrainedModel, config: EngineConfig) -> int:
 
 
 def num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, budget: int) -> int:
-    """`config.num_blocks`, or as many as `budget` bytes hold and can be used."""
+    """`config.num_blocks`, or as many as `budget` bytes hold and can be used (logged: a server's start)."""
+    blocks = _num_blocks(config, max_len, spec, budget)
+    size = blocks * spec.bytes_per_block(config.block_size) / 2**30
+    logger.info(
+        "KV cache: %d blocks of %d tokens (%.2f GiB; max_model_len %d)",
+        blocks,
+        config.block_size,
+        size,
+        max_len,
+    )
+    return blocks
+
+
+def _num_blocks(config: EngineConfig, max_len: int, spec: KVCacheSpec, budget: int) -> int:
     block_size = config.block_size
     per_seq = -(-max_len // block_size)
     if config.num_blocks is not None:

@@ -165,11 +165,21 @@ class _BuildLock:
 
         self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
         deadline = time.monotonic() + self.wait_s
+        waited = False
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
             except BlockingIOError:
+                if not waited:  # a silent minute looks like a hang: say who it waits for
+                    waited = True
+                    logger.warning(
+                        "rollout: another process is building the CPU kernels in %s; waiting for it "
+                        "(up to %.0f s; %s for a first build)",
+                        self.path.with_suffix(""),
+                        self.wait_s,
+                        FIRST_BUILD,
+                    )
                 if time.monotonic() >= deadline:
                     os.close(self.fd)
                     raise BuildFailed(

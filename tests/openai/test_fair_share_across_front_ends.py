@@ -46,7 +46,7 @@ def test_a_grpc_callers_large_batch_does_not_stall_a_later_http_request() -> Non
         outputs: list = []
         batch = threading.Thread(target=lambda: outputs.extend(big.generate(PROMPTS, BIG, timeout=120)))
         batch.start()
-        wait_for(lambda: grpc_server.loop.stats()["num_generated_tokens"] > 0, 30, "the batch running")
+        wait_for(lambda: grpc_server.loop.stats()["num_generated_tokens"] > 0, what="the batch running")
         small = small_http_request(http.base_url)
         finished_when_small_done = grpc_server.loop.counters["finished"]
         batch.join(120)
@@ -63,7 +63,7 @@ def test_an_http_callers_large_batch_does_not_stall_a_later_grpc_request() -> No
         choices: list = []
         batch = threading.Thread(target=lambda: choices.extend(big_http_batch(http.base_url)))
         batch.start()
-        wait_for(lambda: grpc_server.loop.stats()["num_generated_tokens"] > 0, 30, "the batch running")
+        wait_for(lambda: grpc_server.loop.stats()["num_generated_tokens"] > 0, what="the batch running")
         small_out = small.generate([SMALL_PROMPT], SamplingParams(max_tokens=2, ignore_eos=True), timeout=120)
         finished_when_small_done = grpc_server.loop.counters["finished"]
         batch.join(120)

@@ -80,7 +80,7 @@ def test_lock_files_left_by_a_killed_build_are_taken_over(tmp_path) -> None:
     done = threading.Event()
     worker = threading.Thread(target=lambda: (load_extension(build, root), done.set()), daemon=True)
     worker.start()
-    worker.join(300)
+    worker.join(900)
     assert done.is_set()
 
 
@@ -95,6 +95,22 @@ def test_a_live_builder_is_waited_for_only_until_the_deadline(tmp_path) -> None:
             load_extension(build, root, wait_s=0.5)
     finally:
         os.close(held)
+
+
+def test_a_process_waiting_for_another_builder_says_so_once(tmp_path, caplog) -> None:
+    """A wait of up to ten minutes in silence looked like a hang."""
+    root = tmp_path / "extensions"
+    build = tiny_build(tmp_path / "csrc", "tiny_waiting")
+    root.mkdir()
+    held = os.open(root / f"{build.folder(root).name}.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with caplog.at_level(logging.WARNING), pytest.raises(BuildFailed):
+            load_extension(build, root, wait_s=1.0)
+    finally:
+        os.close(held)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "another process is building the CPU kernels" in message and "waiting for it" in message
 
 
 def test_a_failed_build_is_remembered_and_said_in_one_line(tmp_path, monkeypatch) -> None:
@@ -124,7 +140,7 @@ def test_a_failed_build_is_retried_once_a_compiler_appears(tmp_path, monkeypatch
         f"b = KernelBuild('tiny_retried', Path({str(build.csrc)!r}), ('tiny.cpp',), ('-O0',)); "
         f"print(load_extension(b, Path({str(root)!r})).__name__)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     assert done.stdout.strip() == "tiny_retried", done.stderr
 
 

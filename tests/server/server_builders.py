@@ -60,8 +60,9 @@ def finished_at_arrival(loop: EngineLoop, prompt: list[int]) -> dict[str, int]:
     return seen
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Polls `predicate`; fails the test (never hangs it) if it is not true within `timeout` s."""
+def wait_for(predicate: Callable[[], bool], timeout: float = 120.0, what: str = "condition") -> None:
+    """Polls `predicate`; fails the test (never hangs it) if it is not true within `timeout` s, a hang
+    guard: generous, so a busy machine never trips it."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"

@@ -27,7 +27,7 @@ def test_a_small_request_finishes_while_another_callers_large_batch_has_most_of_
         outputs: list = []
         batch = threading.Thread(target=lambda: outputs.extend(big.generate(prompts, BIG, timeout=120)))
         batch.start()
-        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, 30, "the batch running")
+        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, what="the batch running")
         small_out = small.generate([[5, 6, 7]], SMALL, timeout=120)
         finished_when_small_done = server.loop.counters["finished"]
         batch.join(120)

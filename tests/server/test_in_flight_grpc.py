@@ -11,7 +11,7 @@ from tests.builders import tiny_model
 from tests.server.server_builders import client_for, slow_steps, wait_for
 from tests.weights.server_builders import PROMPTS, weight_server
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 120.0  # a hang guard
 LONG = SamplingParams(temperature=0, max_tokens=150, ignore_eos=True, logprobs=0, n=2)
 
 

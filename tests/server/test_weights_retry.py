@@ -32,7 +32,7 @@ def test_an_update_whose_deadline_passes_waiting_for_an_idle_engine_is_never_com
             target=lambda: (client.generate(PROMPTS[:1], LONG, timeout=60), done.set())
         )
         running.start()
-        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, 30, "a generated token")
+        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, what="a generated token")
         with pytest.raises(WeightSyncError) as info:
             client.update_weights(tiny_model(seed=1), transport="grpc", timeout_s=0.5)
         assert "DEADLINE_EXCEEDED" in info.value.failures[server.address]
@@ -49,7 +49,7 @@ def test_a_new_request_is_admitted_at_once_after_a_waiting_update_timed_out() ->
         slow_steps(server.loop.engine)
         running = threading.Thread(target=client.generate, args=(PROMPTS[:1], LONG), kwargs={"timeout": 60})
         running.start()
-        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, 30, "a generated token")
+        wait_for(lambda: server.loop.stats()["num_generated_tokens"] > 0, what="a generated token")
         with pytest.raises(WeightSyncError):
             client.update_weights(tiny_model(seed=1), transport="grpc", timeout_s=0.3)
         short = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
@@ -78,7 +78,7 @@ def test_retrying_an_update_that_landed_after_the_deadline_returns_its_version_a
         with pytest.raises(WeightSyncError) as info:
             client.update_weights(tiny_model(seed=1), transport="grpc", timeout_s=0.5)
         assert info.value.update_id
-        wait_for(lambda: server.loop.engine.weight_version == 1, 30, "the late commit")
+        wait_for(lambda: server.loop.engine.weight_version == 1, what="the late commit")
         retried = client.update_weights(tiny_model(seed=1), transport="grpc", update_id=info.value.update_id)
         assert retried == 1
         assert server.loop.engine.weight_version == 1

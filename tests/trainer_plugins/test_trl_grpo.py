@@ -41,7 +41,7 @@ from trainer_plugins.trl import (  # noqa: E402
 )
 
 PROBE_PROMPTS = ["3+4=", "12+9="]
-STARTUP_TIMEOUT = 120.0
+STARTUP_TIMEOUT = 600.0  # a hang guard: a server start is a minute on 2 busy cores
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow  # real servers restarted under a real trainer
 
 
 def make_trainer(
-    tmp_path: Path, server: str | list[str], wait_timeout: float = 120.0, max_steps: int = 3, **overrides
+    tmp_path: Path, server: str | list[str], wait_timeout: float = 600.0, max_steps: int = 3, **overrides
 ) -> RolloutGRPOTrainer:
     tokenizer = make_tokenizer()
     model = make_model(tokenizer, seed=0, **overrides)
@@ -87,7 +87,7 @@ def test_the_only_server_restarted_by_sigterm_between_steps_and_sigkill_mid_roun
 
     def restart(kill: bool) -> None:
         servers[-1].kill() if kill else servers[-1].terminate()
-        servers[-1].wait(30)
+        servers[-1].wait(120)
         servers.append(start_server(model_dir, port, tmp_path / f"s{len(servers)}.log"))
 
     try:

@@ -11,6 +11,7 @@ choice that flips under bf16 noise is not a departure from the model.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -26,6 +27,7 @@ from rollout.hf.attention import ForwardContext
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.attention_metadata import AttentionMetadata
 
+logger = logging.getLogger(__name__)
 # Largest logit difference accepted, relative to the largest reference logit (at least 1).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
@@ -46,6 +48,7 @@ def run_self_check(
     generator = torch.Generator().manual_seed(seed)
     seqs = [torch.randint(0, vocab, (n,), generator=generator).tolist() for n in lengths]
     name = f"{type(model).__name__} (model_type {model.config.get_text_config().model_type!r})"
+    logger.info("self-check: the engine's forward against %s's own, %d sequences", name, len(seqs))
     pin = RoutingPin(model)
     want = _eager_logits(model, seqs, device, pin)
     try:
