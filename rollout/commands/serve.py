@@ -93,14 +93,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--structured-compile-timeout",
-        type=positive_float,
+        type=float,
         default=10.0,
         help="seconds a structured-outputs grammar may take to compile before the request is refused "
         "(400 / INVALID_ARGUMENT naming the field; default 10)",
     )
     parser.add_argument(
         "--structured-compile-workers",
-        type=positive_int,
+        type=int,
         default=2,
         help="grammar compiles at once; more wait, up to the timeout (default 2)",
     )
