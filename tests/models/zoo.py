@@ -6,6 +6,7 @@ Each entry builds a fresh config (the engine switches the attention implementati
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -177,9 +178,11 @@ def _slow_gated_deltanet(model: PreTrainedModel) -> None:
 def _mamba2_state_path(mixer: str) -> Callable[[PreTrainedModel], None]:
     """A Mamba2 mixer's output is C.h + D.x, with x, B and C from 0.02-std projections: C.h is a product of
     small weights and D.x outweighs it (halving the SSM states moved Bamba's logprobs by 2e-6). Unit-gain
-    input projection and convolution make C.h dominate. dt_bias 1 (Bamba's init): Nemotron-H's and Zamba2's
-    init puts it near log(1e-3), where unit-gain inputs push dt under time_step_min, which transformers'
-    chunked scan clamps to and its one-token update does not (its own two paths then differ by 6e-4)."""
+    input projection and convolution make C.h dominate, with dt_bias 1 (Bamba's init). A mixer that clamps
+    dt to time_step_min in its chunked scan and not in its one-token update (Nemotron-H, Zamba2) gets every
+    other head's dt_bias at softplus's preimage of that minimum, so about half of those heads' tokens fall
+    under it: transformers' two paths then differ by 6e-3 (Nemotron-H) and 1.3e-2 (Zamba2) in logprobs, and
+    the engine must decode as the full forward does (rollout/engine/hybrid/time_step_clamp.py)."""
     unit_gain = _unit_gain((mixer,), ("in_proj", "conv1d"))
 
     def tune(model: PreTrainedModel) -> None:
@@ -187,6 +190,9 @@ def _mamba2_state_path(mixer: str) -> Callable[[PreTrainedModel], None]:
         for module in model.modules():
             if type(module).__name__ == mixer:
                 module.dt_bias.fill_(1.0)
+                low = float(getattr(module, "time_step_limit", (0.0,))[0])
+                if low > 0:
+                    module.dt_bias[1::2] = low + math.log(-math.expm1(-low))
 
     return tune
 
