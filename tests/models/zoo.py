@@ -431,6 +431,39 @@ HYBRID: tuple[Family, ...] = (
 SUPPORTED = SUPPORTED + HYBRID
 
 REFUSED: tuple[Family, ...] = (
+    # RoBERTa numbers positions from padding_idx + 1 when given none; the engine passes token indices
+    Family("roberta", _cfg(tf.RobertaConfig, is_decoder=True), "the cause is positions"),
+    Family(
+        "bart",
+        lambda: tf.BartConfig(
+            vocab_size=VOCAB,
+            d_model=64,
+            decoder_layers=2,
+            decoder_attention_heads=4,
+            decoder_ffn_dim=96,
+            encoder_layers=2,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=96,
+            max_position_embeddings=256,
+        ),
+        "it starts in model.decoder.embed_positions (BartLearnedPositionalEmbedding)",
+    ),
+    Family(
+        "hrm_text",  # two stacks of 2 layers whose attention modules share layer_idx 0 and 1 (a call adds its cycle)
+        lambda: tf.HrmTextConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_attention_heads=4,
+            head_dim=16,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            H_cycles=1,
+            L_cycles=1,
+            L_bp_cycles=[1],
+            max_position_embeddings=256,
+        ),
+        "layer index(es) held by several attention modules",
+    ),
     Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
     Family(
         "falcon",
