@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -36,6 +37,7 @@ from rollout.ops.attention_metadata import AttentionMetadata
 # fp16 / bf16: the largest logit difference relative to the largest reference logit (at least 1), noise; a
 # token beyond it passes when the model's own decode is half as far there (decode_reference.py).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+_ONE_CHECK_AT_A_TIME = threading.Lock()
 StepObserver = Callable[[list[tuple[int, int]]], contextlib.AbstractContextManager]
 
 
@@ -47,7 +49,8 @@ def run_self_check(
     max_model_len: int | None = None,
     seed: int = 0,
 ) -> float:
-    """Returns the measured gap (see TOLERANCE); raises UnsupportedModelError beyond TOLERANCE."""
+    """Returns the measured gap (see TOLERANCE); raises UnsupportedModelError beyond TOLERANCE (in fp16 /
+    bf16, unless the model's own decode is as far at those tokens: decode_reference.py)."""
     from rollout.engine.model import divergence  # it runs the forwards below again
 
     vocab = model.get_input_embeddings().num_embeddings
@@ -55,11 +58,10 @@ def run_self_check(
     with deterministic_threads():
         pin = RoutingPin(model)
         want = eager_logits(model, plan.seqs, pin)
+        # whatever breaks, the model is refused with the cause, never crashes the load
         try:
             got = engine_logits(model, spec, backend, block_size, plan, [pin.replaying])
-        except (
-            Exception
-        ) as exc:  # whatever breaks, the model is refused with the cause, never crashes the load
+        except Exception as exc:
             raise UnsupportedModelError(
                 f"{model_name(model)} fails in the engine's forward ({type(exc).__name__}: {exc})"
             ) from exc
@@ -88,15 +90,17 @@ def model_name(model: PreTrainedModel) -> str:
 
 
 @contextlib.contextmanager
-def deterministic_threads():
+def deterministic_threads() -> Iterator[None]:
     """One CPU thread while checking: the verdict must not move with the machine's thread count (a
-    reduction split over threads rounds differently in bf16); GPU kernels are unaffected."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    reduction split over threads rounds differently in bf16); GPU kernels are unaffected. torch's count is
+    the process's: checks run one at a time, so two engines loading at once give back what was set."""
+    with _ONE_CHECK_AT_A_TIME:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 def position_gaps(
