@@ -4,9 +4,10 @@ Run only on a refusal. Two questions, each answered by running the forwards agai
 - Positions: the engine passes every token's index as `position_ids`; a model that numbers positions its
   own way when given none (RoBERTa's offset, a decoder that counts from its cache) agrees with the engine
   once the reference is given those ids too. Then that is the cause, and the module that reacts is named.
-- Otherwise, the first module (in the reference's execution order) whose output departs, and on which
-  kind of step: every module's output rows are fingerprinted in both forwards (a fixed random projection
-  of each token's row, not the activations themselves), and compared token by token.
+- Otherwise, the first point where the two forwards jump apart, and on which kind of step: every module's
+  input and output rows are fingerprinted in both forwards (a fixed random projection of each token's row,
+  not the activations themselves) and compared token by token, in the reference's order; a module whose
+  input already differs points at its parent's own code, between its children.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def diagnose(
 
 class Fingerprints:
     """Per module call, each checked token's input and output rows projected on a few fixed random
-    directions (and their norms), recorded from the reference forward (`eager`) and the engine's packed steps (`engine`).
-    Hooks run first, so they see a module's own output before any hook of the engine's changes it
-    (time_step_clamp.py clamps an input projection's output on purpose)."""
+    directions (and their norms), recorded from the reference forward (`eager`) and the engine's packed
+    steps (`engine`). These hooks run first, so they see a module's own output before any hook of the
+    engine's changes it (time_step_clamp.py clamps an input projection's output on purpose)."""
 
     def __init__(self, model: nn.Module, lengths: list[int]) -> None:
         self.lengths = lengths
