@@ -7,8 +7,9 @@ import torch
 
 from rollout import LLM, EngineConfig
 from rollout.engine.model import model_guard
+from rollout.engine.model.check_plan import check_plan
 from rollout.engine.model.pinned_routing import RoutingPin, routers
-from rollout.engine.model.self_check import _chunks, _eager_logits, _engine_logits
+from rollout.engine.model.self_check import eager_logits, engine_logits
 from rollout.ops.backends import get_backend
 from tests.models.zoo import SUPPORTED, Family, build
 
@@ -31,9 +32,7 @@ def test_every_router_call_of_every_engine_step_is_pinned(model_type: str) -> No
     """Chunked prefill, mixed batches, decode, hybrid splits: each router call gets the recorded rows."""
     model = LLM(model=build(_family(model_type)), config=EngineConfig(**CONFIG)).engine.model
     spec = model_guard.check_model(model)
-    seqs = [list(range(3, 14)), list(range(20, 26))]
-    pin, cpu = RoutingPin(model), torch.device("cpu")
-    _eager_logits(model, seqs, cpu, pin)
-    _engine_logits(model, spec, get_backend("auto", cpu), 4, seqs, cpu, pin)
-    steps = max(len(_chunks(len(s))) for s in seqs)
-    assert pin.pinned == steps * len(pin.routers) > 0
+    plan, pin = check_plan(vocab=100, block_size=4, max_model_len=64, seed=0), RoutingPin(model)
+    eager_logits(model, plan.seqs, pin)
+    engine_logits(model, spec, get_backend("auto", torch.device("cpu")), 4, plan, [pin.replaying])
+    assert pin.pinned == len(plan.steps) * len(pin.routers) > 0

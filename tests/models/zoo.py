@@ -6,6 +6,7 @@ Each entry builds a fresh config (the engine switches the attention implementati
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -177,9 +178,11 @@ def _slow_gated_deltanet(model: PreTrainedModel) -> None:
 def _mamba2_state_path(mixer: str) -> Callable[[PreTrainedModel], None]:
     """A Mamba2 mixer's output is C.h + D.x, with x, B and C from 0.02-std projections: C.h is a product of
     small weights and D.x outweighs it (halving the SSM states moved Bamba's logprobs by 2e-6). Unit-gain
-    input projection and convolution make C.h dominate. dt_bias 1 (Bamba's init): Nemotron-H's and Zamba2's
-    init puts it near log(1e-3), where unit-gain inputs push dt under time_step_min, which transformers'
-    chunked scan clamps to and its one-token update does not (its own two paths then differ by 6e-4)."""
+    input projection and convolution make C.h dominate, with dt_bias 1 (Bamba's init). A mixer that clamps
+    dt to time_step_min in its chunked scan and not in its one-token update (Nemotron-H, Zamba2) gets every
+    other head's dt_bias at softplus's preimage of that minimum, so about half of those heads' tokens fall
+    under it: transformers' two paths then differ by 6e-3 (Nemotron-H) and 1.3e-2 (Zamba2) in logprobs, and
+    the engine must decode as the full forward does (rollout/engine/hybrid/time_step_clamp.py)."""
     unit_gain = _unit_gain((mixer,), ("in_proj", "conv1d"))
 
     def tune(model: PreTrainedModel) -> None:
@@ -187,6 +190,9 @@ def _mamba2_state_path(mixer: str) -> Callable[[PreTrainedModel], None]:
         for module in model.modules():
             if type(module).__name__ == mixer:
                 module.dt_bias.fill_(1.0)
+                low = float(getattr(module, "time_step_limit", (0.0,))[0])
+                if low > 0:
+                    module.dt_bias[1::2] = low + math.log(-math.expm1(-low))
 
     return tune
 
@@ -425,6 +431,39 @@ HYBRID: tuple[Family, ...] = (
 SUPPORTED = SUPPORTED + HYBRID
 
 REFUSED: tuple[Family, ...] = (
+    # RoBERTa numbers positions from padding_idx + 1 when given none; the engine passes token indices
+    Family("roberta", _cfg(tf.RobertaConfig, is_decoder=True), "the cause is positions"),
+    Family(
+        "bart",
+        lambda: tf.BartConfig(
+            vocab_size=VOCAB,
+            d_model=64,
+            decoder_layers=2,
+            decoder_attention_heads=4,
+            decoder_ffn_dim=96,
+            encoder_layers=2,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=96,
+            max_position_embeddings=256,
+        ),
+        "it starts in model.decoder.embed_positions (BartLearnedPositionalEmbedding)",
+    ),
+    Family(
+        "hrm_text",  # two stacks of 2 layers whose attention modules share layer_idx 0 and 1 (a call adds its cycle)
+        lambda: tf.HrmTextConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_attention_heads=4,
+            head_dim=16,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            H_cycles=1,
+            L_cycles=1,
+            L_bp_cycles=[1],
+            max_position_embeddings=256,
+        ),
+        "layer index(es) held by several attention modules",
+    ),
     Family("diffllama", _cfg(tf.DiffLlamaConfig), "calls attention 2 times in layer 0"),
     Family(
         "falcon",

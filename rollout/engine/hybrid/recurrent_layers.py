@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from rollout.engine.hybrid.position_wise_layers import position_wise_layer_indices
 from rollout.engine.hybrid.stacked_states import StackedStates
 from rollout.engine.hybrid.state_pool import StatePool
+from rollout.engine.hybrid.time_step_clamp import TimeStepClamp, time_step_clamp
 
 # transformers' recurrent mixers that keep their state through the cache API (get/update conv and
 # recurrent states), called as forward(hidden_states, <cache>, attention_mask, **kwargs).
@@ -90,7 +91,10 @@ def wrap_recurrent_layers(model: nn.Module) -> int:
     for module in modules:
         if not getattr(module, "_rollout_wrapped", False):
             stepwise = type(module).__name__ in _STEPWISE
-            module.forward = _per_sequence(module.forward, _arg_names(module), module.layer_idx, stepwise)
+            clamp = time_step_clamp(module)
+            module.forward = _per_sequence(
+                module.forward, _arg_names(module), module.layer_idx, stepwise, clamp
+            )
             module._rollout_wrapped = True
     return len(modules)
 
@@ -101,7 +105,9 @@ def _arg_names(module: nn.Module) -> tuple[str, ...]:
     return (next(name for name in _CACHE_ARGS if name in params), *params)
 
 
-def _per_sequence(forward, names: tuple[str, ...], layer_idx: int, stepwise: bool):
+def _per_sequence(
+    forward, names: tuple[str, ...], layer_idx: int, stepwise: bool, clamp: TimeStepClamp | None
+):
     cache_arg, positional = names[0], names[1:]
 
     @functools.wraps(forward)
@@ -118,19 +124,27 @@ def _per_sequence(forward, names: tuple[str, ...], layer_idx: int, stepwise: boo
         if decodes:  # one call for every one-token row that continues a state
             rows = torch.tensor([s.start for s in decodes], device=hidden_states.device)
             stacked = StackedStates([s.states for s in decodes], layer_idx)
-            result = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})
+            with _one_token(clamp, True):
+                result = forward(hidden_states[0, rows][:, None], **{cache_arg: stacked})
             out.put(rows, [r[:, 0] for r in _tensors(result)])
             stacked.scatter()
         batched = set(map(id, decodes))
         for segment in (s for s in segments if id(s) not in batched):
             for p in _pieces(segment, stepwise and _carries_state(segment, layer_idx)):
-                result = forward(
-                    hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total)
-                )
+                with _one_token(clamp, p.end - p.start == 1 and _carries_state(p, layer_idx)):
+                    result = forward(
+                        hidden_states[:, p.start : p.end], **{cache_arg: p.states}, **_cut(kwargs, p, total)
+                    )
                 out.put(slice(p.start, p.end), [r[0] for r in _tensors(result)])
         return out.result(tuple_output=isinstance(result, tuple))
 
     return run
+
+
+def _one_token(clamp: TimeStepClamp | None, one_token: bool) -> contextlib.AbstractContextManager:
+    """Around a call that takes the mixer's one-token update (one row continuing a state): the
+    chunked scan's time-step limit kept there too (time_step_clamp.py)."""
+    return clamp.one_token() if clamp is not None and one_token else contextlib.nullcontext()
 
 
 class _Output:

@@ -116,22 +116,55 @@ def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedMod
 def _check_layer_indices(model: PreTrainedModel) -> None:
     check_stateful_layers(model)  # an unsupported recurrent layer is named before the layer count
     expected = attention_layer_indices(model)  # every layer, but a hybrid's recurrent ones
-    indices = sorted(
-        m.layer_idx
-        for m in model.modules()
+    attention = [
+        (name, m.layer_idx)
+        for name, m in model.named_modules()
         if hasattr(m, "layer_idx") and hasattr(m, "is_causal") and m.is_causal
-    )
+    ]
+    indices = sorted(index for _, index in attention)
     if indices != expected:
-        missing = [i for i in expected if i not in indices]
         raise ValueError(
-            f"{type(model).__name__}: expected one causal attention module per attention layer ({expected}), "
-            f"found {indices}; {_describe_layers(model, missing)}; this architecture is not supported"
+            f"{type(model).__name__}: expected one causal attention module per attention layer "
+            f"({_spans(expected)}), found {len(indices)} at {_spans(sorted(set(indices)))}; "
+            f"{_layer_causes(model, expected, attention)}; this "
+            "architecture is not supported"
         )
 
 
-def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
-    """What sits where the engine looked for attention: each layer's token mixers (not norms or MLPs)."""
-    layers = next(
+def _layer_causes(model: PreTrainedModel, expected: list[int], attention: list[tuple[str, int]]) -> str:
+    """Why the attention modules do not line up with the layers: shared indices, layers without one (what
+    they hold instead), indices no module holds."""
+    holders: dict[int, list[str]] = {}
+    for name, index in attention:
+        holders.setdefault(index, []).append(name)
+    causes = []
+    shared = [(i, names) for i, names in sorted(holders.items()) if len(names) > 1]
+    if shared:
+        index, names = shared[0]
+        causes.append(
+            f"{len(shared)} layer index(es) held by several attention modules (layer_idx {index}: "
+            f"{', '.join(names[:3])}): the model runs layers more than once per forward or shares their indices"
+        )
+    missing = [i for i in expected if i not in holders]
+    layers = _layer_list(model)
+    inside = [i for i in missing if layers is not None and i < len(layers[1])]
+    if inside:
+        causes.append(_describe_layers(model, inside))
+    beyond = [i for i in missing if i not in inside]
+    if beyond:
+        held = f"its layer list {layers[0]} has {len(layers[1])}" if layers else "it has no layer list"
+        causes.append(
+            f"no attention module has layer_idx {_spans(beyond)} (config.num_hidden_layers is "
+            f"{model.config.get_text_config().num_hidden_layers}; {held})"
+        )
+    extra = sorted(set(holders) - set(expected))
+    if extra:
+        causes.append(f"attention modules at layers the engine expects none ({_spans(extra)})")
+    return "; ".join(causes) or "the attention modules do not line up with the layers"
+
+
+def _layer_list(model: PreTrainedModel) -> tuple[str, torch.nn.ModuleList] | None:
+    return next(
         (
             (name, m)
             for name, m in model.named_modules()
@@ -139,13 +172,13 @@ def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
         ),
         None,
     )
-    if layers is None or not layer_indices:
-        return "no layer list found to name them"
-    name, modules = layers
+
+
+def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
+    """What sits where the engine looked for attention: each layer's token mixers (not norms or MLPs)."""
+    name, modules = _layer_list(model)
     described = []
     for i in layer_indices[:4]:
-        if i >= len(modules):
-            continue
         mixers = [
             f"{child}: {type(m).__name__}"
             for child, m in modules[i].named_children()
@@ -153,6 +186,17 @@ def _describe_layers(model: PreTrainedModel, layer_indices: list[int]) -> str:
         ]
         described.append(f"{name}.{i} holds {', '.join(mixers) or type(modules[i]).__name__}")
     return "layers without one: " + "; ".join(described)
+
+
+def _spans(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 5] -> '0-2, 5, 5': a list of layer indices, short."""
+    parts: list[list[int]] = []
+    for i in indices:
+        if parts and i == parts[-1][-1] + 1:
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    return ", ".join(f"{p[0]}-{p[-1]}" if len(p) > 2 else ", ".join(map(str, p)) for p in parts) or "none"
 
 
 def model_max_len(model: PreTrainedModel) -> int | None:
