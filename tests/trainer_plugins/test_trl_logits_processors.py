@@ -12,32 +12,16 @@ import pytest
 
 pytest.importorskip("trl")
 
-from trl import GRPOConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
     free_port,
     grpo_args,
-    length_reward,
     logged,
-    make_dataset,
-    make_model,
     make_tokenizer,
+    make_trainer,
     serving_model,
 )
 
 from rollout.sampling_params import SamplingParams  # noqa: E402
-from trainer_plugins.trl import RolloutConfig, RolloutGRPOTrainer  # noqa: E402
-
-
-def make_trainer(args: GRPOConfig, address: str, **rollout: object) -> RolloutGRPOTrainer:
-    tokenizer = make_tokenizer()
-    return RolloutGRPOTrainer(
-        make_model(tokenizer, seed=0),
-        length_reward,
-        args,
-        train_dataset=make_dataset(),
-        processing_class=tokenizer,
-        rollout_config=RolloutConfig(server=address, **{"wait_timeout": 120, **rollout}),
-    )
 
 
 def token(char: str) -> int:

@@ -16,14 +16,11 @@ import pytest
 pytest.importorskip("trl")
 
 import torch  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
 from trl_builders import (  # noqa: E402
     grpo_args,
-    length_reward,
     logged,
-    make_dataset,
-    make_model,
     make_tokenizer,
+    make_trainer,
     serving_model,
 )
 
@@ -74,18 +71,6 @@ def address(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One server for the module: every trainer pushes its own weights before its first round."""
     with serving_model(tmp_path_factory.mktemp("served")) as served:
         yield served
-
-
-def make_trainer(args: GRPOConfig, address: str, **rollout: object) -> RolloutGRPOTrainer:
-    tokenizer = make_tokenizer()
-    return RolloutGRPOTrainer(
-        make_model(tokenizer, seed=0),
-        length_reward,
-        args,
-        train_dataset=make_dataset(),
-        processing_class=tokenizer,
-        rollout_config=RolloutConfig(server=address, **{"wait_timeout": 120, **rollout}),
-    )
 
 
 def record_rounds_and_loss_logps(trainer: RolloutGRPOTrainer) -> tuple[dict, list]:

@@ -19,24 +19,13 @@ from trl_builders import (  # noqa: E402
     make_dataset,
     make_model,
     make_tokenizer,
+    make_trainer,
     serving_model,
 )
 
 from trainer_plugins.trl import RolloutConfig, RolloutGRPOTrainer, RolloutServerUnavailable  # noqa: E402
 
 IS_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
-
-
-def make_trainer(args: GRPOConfig, address: str, **rollout: object) -> RolloutGRPOTrainer:
-    tokenizer = make_tokenizer()
-    return RolloutGRPOTrainer(
-        make_model(tokenizer, seed=0),
-        length_reward,
-        args,
-        train_dataset=make_dataset(),
-        processing_class=tokenizer,
-        rollout_config=RolloutConfig(server=address, **{"wait_timeout": 120, **rollout}),
-    )
 
 
 def trl_refuses(args: GRPOConfig) -> bool:

@@ -26,6 +26,7 @@ from rollout.server.engine_loop import EngineLoop
 from rollout.server.weights_servicer import SERVICE_NAME as WEIGHTS_SERVICE
 from rollout.server.weights_servicer import register_weight_sync
 from tests.serve_process import announced_address, start_serve, stop_server
+from trainer_plugins.trl import RolloutConfig, RolloutGRPOTrainer
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+= abcdefghijklmnopqrstuvwxyz:,.")
@@ -145,3 +146,17 @@ def grpo_args(tmp_path: Path, max_steps: int = 2, **overrides: object) -> GRPOCo
 def logged(trainer: object, metric: str) -> list[float]:
     """One value of a TRL metric per logged training step."""
     return [h[metric] for h in trainer.state.log_history if "loss" in h]
+
+
+def make_trainer(args: GRPOConfig, address: str, **rollout: object) -> RolloutGRPOTrainer:
+    """A trainer of the tiny policy with the length reward against `address` (RolloutConfig fields in
+    `rollout`)."""
+    tokenizer = make_tokenizer()
+    return RolloutGRPOTrainer(
+        make_model(tokenizer, seed=0),
+        length_reward,
+        args,
+        train_dataset=make_dataset(),
+        processing_class=tokenizer,
+        rollout_config=RolloutConfig(server=address, **{"wait_timeout": 120, **rollout}),
+    )
