@@ -54,7 +54,7 @@ class RequestOutput:
     finished: bool = False
     prompt: str | None = None
     # With SamplingParams(prompt_logprobs=k): one entry per prompt token, the first None, each the
-    # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/prompt_logprobs.py).
+    # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
 
 

@@ -1,7 +1,7 @@
 """Scoring: teacher-forced logprobs of whole given sequences, as prompt logprobs of a one-token request.
 
 `LLM.score`, the `Score` RPC and `RolloutClient.score` share these objects. A sequence is run as a
-prompt with `prompt_logprobs` (engine/prompt_logprobs.py) and one greedy token that is thrown away,
+prompt with `prompt_logprobs` (engine/output/prompt_logprobs.py) and one greedy token that is thrown away,
 so it is batched, chunked and preempted like any request, and its blocks enter the prefix cache.
 """
 

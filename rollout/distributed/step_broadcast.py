@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from rollout.distributed import sharded_weights
 from rollout.distributed.group import TPGroup
 from rollout.engine.input_batch import ModelInputs, prepare_inputs
-from rollout.engine.kv_cache import copy_blocks
+from rollout.engine.kv.kv_cache import copy_blocks
 from rollout.engine.model_runner import ModelRunner
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.weights.adapter_store import AdapterPlan, AdapterStore

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from rollout.config import EngineConfig
+from rollout.engine.hybrid.state_budget import StateBudget
 from rollout.engine.hybrid.state_pool import StatePool
-from rollout.engine.hybrid.state_snapshots import StateSnapshots
-from rollout.engine.request import Sequence
+from rollout.engine.hybrid.state_snapshots import StateSnapshots, state_snapshots
+from rollout.engine.requests.request import Sequence
 
 
 @dataclass(slots=True)
@@ -49,6 +51,15 @@ class BlockManager:
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
         self.weight_version = 0
+
+    @classmethod
+    def of(
+        cls, config: EngineConfig, num_blocks: int, states: StatePool | None, budget: StateBudget
+    ) -> BlockManager:
+        """An engine's: the config's block size and prefix caching; a hybrid model's states, and snapshots
+        of them up to the cap its memory budget allows."""
+        snapshots = state_snapshots(config, states, budget.num_snapshots)
+        return cls(num_blocks, config.block_size, config.enable_prefix_caching, states, snapshots)
 
     @property
     def num_blocks(self) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from rollout.engine.host_to_device import copy_to
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.ops.attention_metadata import AttentionMetadata
+from rollout.ops.host_to_device import copy_to
 
 
 class DecodeBuffers:

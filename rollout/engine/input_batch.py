@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rollout.engine.host_to_device import to_device
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.ops.attention_metadata import AttentionMetadata
+from rollout.ops.host_to_device import to_device
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device
             slots.extend(table[p // block_size] * block_size + p % block_size for p in range(start, end))
         query_lens.append(item.num_new_tokens)
         seq_lens.append(end)
-        if item.prompt_rows:  # positions whose logits give prompt logprobs (engine/prompt_logprobs.py)
+        if item.prompt_rows:  # positions whose logits give prompt logprobs (engine/output/prompt_logprobs.py)
             first = len(input_ids) - (end - item.prompt_rows.start)
             logits_indices.extend(range(first, first + len(item.prompt_rows)))
         if item.samples:

@@ -2,6 +2,7 @@
 
 Pure-decode steps go through `DecodeGraphs` once `enable_decode_graphs` is called (CUDA graphs on a
 GPU); every other step, and every step without it, runs the model eagerly on freshly packed inputs.
+`build_runner` makes an engine's: the cache sized to the memory budget, the model self-checked, graphs captured.
 """
 
 from __future__ import annotations
@@ -9,16 +10,21 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets
+from rollout.config import EngineConfig
+from rollout.engine.cuda_graphs import DecodeGraphs, decode_buckets, use_cuda_graphs
 from rollout.engine.decode_buffers import DecodeBuffers
-from rollout.engine.hybrid.recurrent_layers import segments, step_segments
+from rollout.engine.hybrid.recurrent_layers import hybrid_state_pool, segments, step_segments
+from rollout.engine.hybrid.state_budget import StateBudget, state_budget
 from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.input_batch import ModelInputs, prepare_inputs
-from rollout.engine.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
+from rollout.engine.kv import kv_sizing
+from rollout.engine.kv.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
+from rollout.engine.model import model_guard, self_check
 from rollout.engine.model.derived_positions import derives_positions, position_inputs
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
+from rollout.ops.backends import get_backend
 from rollout.weights.adapter_store import AdapterPlan
 from rollout.weights.updater import apply_named_tensors
 
@@ -37,6 +43,7 @@ class ModelRunner:
         self.states = states  # a hybrid model's recurrent states, per sequence
         self.device = next(model.parameters()).device
         self.block_size = block_size
+        self.num_blocks = num_blocks
         self.backend = backend
         # One block past the allocator's range: the scratch slot that padded decode rows write to.
         self.kv_caches = allocate_kv_caches(kv_spec, num_blocks + 1, block_size, self.device)
@@ -92,3 +99,24 @@ class ModelRunner:
 
     def shutdown(self) -> None:
         """Nothing runs beside a single-device runner (the tensor-parallel driver stops its workers)."""
+
+
+def build_runner(
+    model: PreTrainedModel, config: EngineConfig, max_model_len: int
+) -> tuple[ModelRunner, StateBudget]:
+    """The engine's runner: the model checked (model_guard), a hybrid model's recurrent states given their
+    share of the memory budget first, as many KV blocks as the rest holds (kv/kv_sizing.py); the engine's
+    forward self-checked against the model's own, decode graphs captured where they can be."""
+    backend = get_backend(config.attention_backend, model.device)
+    kv_spec = model_guard.check_model(model, backend)
+    states = hybrid_state_pool(model, config.max_num_seqs)  # None unless recurrent layers
+    budget = state_budget(model, states, config, model.device)  # the states' share first
+    num_blocks = kv_sizing.num_blocks(config, max_model_len, kv_spec, budget.kv_bytes)
+    runner = ModelRunner(model, kv_spec, num_blocks, config.block_size, backend, states)
+    if config.self_check:
+        self_check.run_self_check(model, kv_spec, backend, config.block_size, max_model_len)
+    if (
+        use_cuda_graphs(config, model.device, backend, model) and states is None
+    ):  # hybrids: per-sequence calls
+        runner.enable_decode_graphs(config.max_num_seqs, max_model_len, capture=True)
+    return runner, budget

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.hybrid.chunk_alignment import aligned_chunk
-from rollout.engine.prompt_logprobs import needs_prompt_logits, prompt_positions
-from rollout.engine.request import Sequence, SequenceStatus
+from rollout.engine.output.prompt_logprobs import needs_prompt_logits, prompt_positions
+from rollout.engine.requests.request import Sequence, SequenceStatus
 
 
 @dataclass(slots=True)
@@ -24,7 +24,7 @@ class ScheduledSequence:
     seq: Sequence
     num_new_tokens: int
     # Positions of this step whose logits the runner also returns, before the sampling row, for
-    # prompt logprobs (rollout/engine/prompt_logprobs.py); empty for nearly every sequence.
+    # prompt logprobs (rollout/engine/output/prompt_logprobs.py); empty for nearly every sequence.
     prompt_rows: range = range(0)
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 from rollout.detokenize.finish_text import finish_text
 from rollout.detokenize.sample_text import SampleText
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
-from rollout.engine.token_stream import TokenDelta
+from rollout.engine.output.token_stream import TokenDelta
 from rollout.openai.responses import (
     ReplyOptions,
     chat_logprobs,

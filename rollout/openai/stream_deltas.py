@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from rollout.engine.token_stream import TokenDelta
+from rollout.engine.output.token_stream import TokenDelta
 from rollout.openai.choice_stream import ChoiceStream
 from rollout.openai.prepare import Prepared
 from rollout.outputs import CompletionOutput

@@ -51,7 +51,7 @@ class EngineLoop:
         engine.detokenize = False  # the tokenizer never runs on the loop thread; RPC threads decode
         # Stop strings are found by a thread of their own, fed each step's tokens (stop_watch.py).
         self._stop_watch = StopWatch(engine.tokenizer, self.finish_on_stop_string)
-        engine.collect_stop_tokens = engine.tokenizer is not None
+        engine.stop_strings.collect_tokens = engine.tokenizer is not None
         self._stop_hits: list[tuple[str, int, int, str]] = []
         self.max_pending_requests = max_pending_requests
         self._cond = threading.Condition()
@@ -329,8 +329,8 @@ class EngineLoop:
             logger.exception("engine step failed; failing the requests in the engine")
             self._fail_engine_requests(exc)
             return
-        self._stop_watch.feed(self.engine.take_stop_tokens())
-        streamed = self.engine.take_streamed_tokens()
+        self._stop_watch.feed(self.engine.stop_strings.take_tokens())
+        streamed = self.engine.streamed.take()
         for delta in outputs:
             if delta.finished:
                 self._stop_watch.forget(delta.request_id)

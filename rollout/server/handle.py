@@ -18,7 +18,7 @@ from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from rollout.engine.token_stream import TokenDelta
+    from rollout.engine.output.token_stream import TokenDelta
     from rollout.outputs import PartialSample
 
 
@@ -48,7 +48,7 @@ class LoopEvent:
     """Samples of one request that finished since the last event; `finished` once all n are out.
 
     For a streamed request, also events with only `tokens`: what its unfinished samples sampled in
-    one step (engine/token_stream.py); each sample's tokens arrive before the sample itself.
+    one step (engine/output/token_stream.py); each sample's tokens arrive before the sample itself.
     """
 
     request_id: str

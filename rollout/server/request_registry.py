@@ -11,7 +11,7 @@ import queue
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-from rollout.engine.token_stream import TokenDelta
+from rollout.engine.output.token_stream import TokenDelta
 from rollout.outputs import CompletionOutput, RequestOutput
 from rollout.server.admission import OverShareError, ServerFullError, share_refusal, too_many_prompts
 from rollout.server.handle import LoopEvent, Submission

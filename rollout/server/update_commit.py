@@ -114,7 +114,7 @@ def commit_for_call(
             return known, held_base(engine, boot_id)
         check_base(request.base, held_base(engine, boot_id), relies_on_held_base(tensors, lora))
         if ledger.is_retry_of_current(request.version, engine.weight_version) and equals_model(
-            engine.model, engine.resolve_update(tensors, lora)
+            engine.model, engine.weights.resolve(tensors, lora)
         ):
             return engine.weight_version, held_base(engine, boot_id)
         named = request.base.version if request.base is not None else None

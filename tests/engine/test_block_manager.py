@@ -1,7 +1,7 @@
 """Block manager: exact block ids, refcounts, LRU eviction order of cached prefixes, copy-on-write."""
 
 from rollout.engine.block_manager import BlockManager
-from rollout.engine.request import Request, Sequence
+from rollout.engine.requests.request import Request, Sequence
 from rollout.sampling_params import SamplingParams
 
 

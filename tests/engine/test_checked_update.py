@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine.model.self_check import check_runner
+from rollout.engine.engine_weights import check_runner
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.weights.manifest import WeightUpdateError

@@ -19,7 +19,7 @@ from rollout.engine.cuda_graphs import (
     decode_buckets,
     use_cuda_graphs,
 )
-from rollout.engine.request import Request, Sequence
+from rollout.engine.requests.request import Request, Sequence
 from rollout.engine.scheduler import ScheduledSequence, SchedulerOutput
 from rollout.ops.backends import get_backend
 from rollout.outputs import CompletionOutput

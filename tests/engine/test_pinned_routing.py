@@ -7,9 +7,9 @@ import torch
 
 from rollout import LLM, EngineConfig
 from rollout.engine.model import model_guard
+from rollout.engine.model.check_forwards import eager_logits, engine_logits
 from rollout.engine.model.check_plan import check_plan
 from rollout.engine.model.pinned_routing import RoutingPin, routers
-from rollout.engine.model.self_check import eager_logits, engine_logits
 from rollout.ops.backends import get_backend
 from tests.models.zoo import SUPPORTED, Family, build
 

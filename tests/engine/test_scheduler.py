@@ -2,7 +2,7 @@
 
 from rollout.config import EngineConfig
 from rollout.engine.block_manager import BlockManager
-from rollout.engine.request import Request, Sequence
+from rollout.engine.requests.request import Request, Sequence
 from rollout.engine.scheduler import Scheduler
 from rollout.sampling_params import SamplingParams
 

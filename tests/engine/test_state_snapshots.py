@@ -8,7 +8,7 @@ import torch
 from rollout.engine.block_manager import BlockManager
 from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.hybrid.state_snapshots import StateSnapshots
-from rollout.engine.request import Request, Sequence
+from rollout.engine.requests.request import Request, Sequence
 from rollout.sampling_params import SamplingParams
 from tests.models.zoo import HYBRID, build
 

@@ -11,16 +11,11 @@ from transformers import AutoModelForCausalLM
 from rollout import LLM, EngineConfig
 from rollout.engine.hybrid import recurrent_layers
 from rollout.engine.model import model_guard
+from rollout.engine.model.check_forwards import eager_logits, engine_logits, position_gaps
 from rollout.engine.model.check_plan import KINDS, check_plan
 from rollout.engine.model.model_guard import UnsupportedModelError
 from rollout.engine.model.pinned_routing import RoutingPin
-from rollout.engine.model.self_check import (
-    TOLERANCE,
-    eager_logits,
-    engine_logits,
-    position_gaps,
-    run_self_check,
-)
+from rollout.engine.model.self_check import TOLERANCE, run_self_check
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.backends import get_backend

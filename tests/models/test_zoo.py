@@ -11,9 +11,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollout import LLM, EngineConfig, SamplingParams
-from rollout.engine.model import model_guard, self_check
+from rollout.engine.engine_weights import check_runner
+from rollout.engine.model import check_forwards, model_guard
 from rollout.engine.model.model_guard import UnsupportedModelError
-from rollout.engine.model.self_check import check_runner, run_self_check
+from rollout.engine.model.self_check import run_self_check
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_backend import AttentionBackend
 from tests.models.zoo import REFUSED, SUPPORTED, Family, build
@@ -143,7 +144,7 @@ def test_llama4_chunks_and_positions_are_what_make_it_exact(monkeypatch: pytest.
     backend = AttentionBackend(paged_attention_ref.write_kv_cache, no_chunks)
     with pytest.raises(UnsupportedModelError, match=r"llama4_text.*differ"):
         run_self_check(model, spec, backend, block_size=4)
-    monkeypatch.setattr(self_check, "derives_positions", lambda model: False)
+    monkeypatch.setattr(check_forwards, "derives_positions", lambda model: False)
     exact = AttentionBackend(paged_attention_ref.write_kv_cache, paged_attention_ref.paged_attention)
     with pytest.raises(UnsupportedModelError, match=r"llama4_text.*differ"):
         run_self_check(model, spec, exact, block_size=4)

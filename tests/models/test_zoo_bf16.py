@@ -16,10 +16,11 @@ import transformers as tf
 from transformers import PretrainedConfig, PreTrainedModel
 
 from rollout import LLM, EngineConfig, SamplingParams
+from rollout.engine.engine_weights import check_runner
 from rollout.engine.model import model_guard
 from rollout.engine.model.model_guard import UnsupportedModelError
 from rollout.engine.model.pinned_routing import routers
-from rollout.engine.model.self_check import check_runner, run_self_check
+from rollout.engine.model.self_check import run_self_check
 from rollout.ops import paged_attention_ref
 from rollout.ops.attention_backend import AttentionBackend
 from tests.models.test_zoo import CONFIG, PROMPT, _drop_sinks

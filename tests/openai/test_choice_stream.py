@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollout import SamplingParams
-from rollout.engine.token_stream import TokenDelta
+from rollout.engine.output.token_stream import TokenDelta
 from rollout.openai.choice_stream import ChoiceStream
 from rollout.openai.responses import ReplyOptions, chat_message
 from rollout.outputs import CompletionOutput

@@ -10,7 +10,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel
 
-from rollout.engine.model import checked_update
+from rollout.engine import engine_weights
 from rollout.engine.model.model_guard import UnsupportedModelError
 from rollout.weights.adapter_store import AdapterStore
 from rollout.weights.lora import LoraTarget
@@ -130,7 +130,7 @@ def test_an_adapter_update_rolled_back_by_the_self_check_leaves_weights_and_adap
     def failing_check(*args: object) -> float:
         raise UnsupportedModelError("injected mismatch")
 
-    monkeypatch.setattr(checked_update, "check_runner", failing_check)
+    monkeypatch.setattr(engine_weights, "check_runner", failing_check)
     with pytest.raises(WeightUpdateError, match="rolled back"):
         llm.update_weights(set_adapter(policy, 2))
     assert all(torch.equal(t, before[n]) for n, t in weights(llm).items())

@@ -15,10 +15,10 @@ from torch import nn
 from transformers import DynamicCache
 
 from rollout.config import EngineConfig
-from rollout.engine import kv_sizing
 from rollout.engine.hybrid.recurrent_layers import Segment, step_segments
 from rollout.engine.hybrid.state_pool import StatePool
 from rollout.engine.hybrid.state_snapshots import state_bytes
+from rollout.engine.kv import kv_sizing
 from rollout.hf.attention import probe_calls
 
 # With max_state_snapshots unset, snapshots take at most this share of what the running slots leave.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rollout.engine.host_to_device import to_device
+from rollout.ops.host_to_device import to_device
 
 
 @dataclass(frozen=True)

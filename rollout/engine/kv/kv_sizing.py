@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rollout.config import EngineConfig
-from rollout.engine.kv_cache import KVCacheSpec
+from rollout.engine.kv.kv_cache import KVCacheSpec
 from rollout.engine.model import model_loader
 
 logger = logging.getLogger(__name__)

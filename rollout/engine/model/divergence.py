@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from rollout.engine.kv_cache import KVCacheSpec
-from rollout.engine.model import self_check
+from rollout.engine.kv.kv_cache import KVCacheSpec
+from rollout.engine.model import check_forwards
 from rollout.engine.model.check_plan import KINDS, CheckPlan
 from rollout.engine.model.pinned_routing import RoutingPin
 from rollout.ops.attention_backend import AttentionBackend
@@ -47,16 +47,18 @@ def diagnose(
     lengths = [len(s) for s in plan.seqs]
     plain, numbered = Fingerprints(model, lengths), Fingerprints(model, lengths)
     pin = RoutingPin(model)
-    self_check.eager_logits(model, plan.seqs, pin, plain.eager)
-    with_ids = self_check.eager_logits(model, plan.seqs, RoutingPin(model), numbered.eager, positions=True)
-    if max(g.max().item() for g in self_check.position_gaps(model.dtype, got, with_ids)) <= tolerance:
+    check_forwards.eager_logits(model, plan.seqs, pin, plain.eager)
+    with_ids = check_forwards.eager_logits(
+        model, plan.seqs, RoutingPin(model), numbered.eager, positions=True
+    )
+    if max(g.max().item() for g in check_forwards.position_gaps(model.dtype, got, with_ids)) <= tolerance:
         reacts = plain.first_departure(numbered, model.dtype)
         where = f" (the first to change is {reacts})" if reacts else ""
         return (
             "the cause is positions: the model numbers its tokens its own way when given no position_ids, and "
             f"agrees with the engine once given 0..n-1, the token indices the engine passes{where}"
         )
-    self_check.engine_logits(model, spec, backend, block_size, plan, [pin.replaying, plain.engine])
+    check_forwards.engine_logits(model, spec, backend, block_size, plan, [pin.replaying, plain.engine])
     departure = plain.first_departure(plain, model.dtype, plan)
     if departure is None:
         return (

@@ -15,7 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rollout.engine.hybrid.recurrent_layers import attention_layer_indices, is_within_supported
-from rollout.engine.kv_cache import KVCacheSpec, LayerKV
+from rollout.engine.kv.kv_cache import KVCacheSpec, LayerKV
 from rollout.hf import attention as hf_attention
 from rollout.hf.attention import AttentionCall
 from rollout.ops.attention_backend import AttentionBackend

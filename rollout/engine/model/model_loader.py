@@ -32,6 +32,30 @@ class ModelInfo:
     block_size: int
     num_blocks: int
 
+    @classmethod
+    def of(
+        cls,
+        model: PreTrainedModel,
+        name: str | None,
+        max_model_len: int,
+        vocab_size: int,
+        eos_token_ids: frozenset[int],
+        block_size: int,
+        num_blocks: int,
+    ) -> ModelInfo:
+        """What the engine reports about its model; `name` defaults to the model's own path or class."""
+        return cls(
+            name=name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
+            architecture=type(model).__name__,
+            dtype=str(model.dtype).removeprefix("torch."),
+            device=str(model.device),
+            max_model_len=max_model_len,
+            vocab_size=vocab_size,
+            eos_token_ids=tuple(sorted(eos_token_ids)),
+            block_size=block_size,
+            num_blocks=num_blocks,
+        )
+
 
 def resolve_device(config: EngineConfig) -> torch.device:
     if config.device == "auto":

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from rollout.engine.host_to_device import to_device
-from rollout.engine.request import Request, Sequence
+from rollout.engine.requests.request import Request, Sequence
+from rollout.ops.host_to_device import to_device
 
 
 def needs_prompt_logits(seq: Sequence) -> bool:
@@ -43,6 +43,21 @@ def collect(request: Request, logits: torch.Tensor, positions: range) -> None:
         entry = dict(zip(top_ids[i], top_values[i], strict=True)) if k else {}
         entry.setdefault(token, value)  # the prompt token, plus the top k (k or k + 1 entries, as vLLM)
         request.prompt_logprobs.append(entry)
+
+
+def take_rows(logits: torch.Tensor, items: list[tuple[Request, range, bool]]) -> torch.Tensor:
+    """Collects each scheduled item's prompt-logprob rows, which precede its sampling row (input_batch.py);
+    `items`: (request, positions whose rows these are, whether a sampling row follows). Returns the
+    sampling rows."""
+    row, keep = 0, []
+    for request, positions, samples in items:
+        if positions:
+            collect(request, logits[row : row + len(positions)], positions)
+            row += len(positions)
+        if samples:
+            keep.append(row)
+            row += 1
+    return logits.index_select(0, to_device(keep, torch.int64, logits.device))
 
 
 def complete_prompt_logprobs(request: Request) -> list[dict[int, float] | None] | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rollout.engine.request import Sequence
+    from rollout.engine.requests.request import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +39,18 @@ def latest_token(seq: Sequence) -> TokenDelta:
         seq.logprobs[-1] if want else None,
         seq.top_logprobs[-1] if want and params.logprobs else None,
     )
+
+
+class StreamedTokens:
+    """The tokens requests added with `stream=True` sampled since the last `take`, in sampling order; a
+    sample's finishing token is left out (it comes with the finished sample)."""
+
+    def __init__(self) -> None:
+        self._tokens: list[TokenDelta] = []
+
+    def add(self, seq: Sequence) -> None:
+        self._tokens.append(latest_token(seq))
+
+    def take(self) -> list[TokenDelta]:
+        tokens, self._tokens = self._tokens, []
+        return tokens

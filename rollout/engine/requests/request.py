@@ -32,10 +32,14 @@ class Request:
     forked: bool = False
     num_finished: int = 0
     # With params.prompt_logprobs: one entry per prompt token computed so far, the first None
-    # (rollout/engine/prompt_logprobs.py).
+    # (rollout/engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
     grammar: object | None = None  # with structured_outputs: the compiled grammar (rollout/structured/)
-    stream: bool = False  # each step's new tokens are recorded for the caller (engine/token_stream.py)
+    stream: bool = False  # each step's new tokens are recorded for the caller (engine/output/token_stream.py)
+
+    def __post_init__(self) -> None:
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None]  # the first prompt token has no logprob (vLLM's shape)
 
     @property
     def n(self) -> int:

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from rollout.engine.host_to_device import to_device
+from rollout.ops.host_to_device import to_device
 
 logger = logging.getLogger(__name__)
 

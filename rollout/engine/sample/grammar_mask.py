@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rollout.engine.host_to_device import to_device
+from rollout.ops.host_to_device import to_device
 
 _BITS = torch.arange(32, dtype=torch.int32)
 

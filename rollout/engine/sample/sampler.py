@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rollout.engine.host_to_device import to_device
 from rollout.engine.sample.empty_rows import empty_row_indices, guard_empty_rows
 from rollout.engine.sample.exponential_race import exponential_race
 from rollout.engine.sample.sampling_noise import row_state, sample_key
@@ -37,10 +36,12 @@ from rollout.engine.sample.step_processors import StepProcessors, step_processor
 from rollout.engine.sample.temperature import temperature_scaled
 from rollout.engine.sample.truncation import truncate
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
+from rollout.ops.host_to_device import to_device
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from rollout.engine.requests.request import Sequence
     from rollout.engine.sample.token_counts import TokenCounts
     from rollout.structured.grammar_state import GrammarState
 
@@ -54,6 +55,18 @@ class SampleRow:
     grammar: GrammarState | None = None  # structured outputs: masks what the grammar forbids next
     # the sequence's counts of seen_token_ids for the penalties, kept across steps; None: counted afresh
     token_counts: TokenCounts | None = None
+
+    @classmethod
+    def of(cls, seq: Sequence) -> SampleRow:
+        """The row an engine sequence samples its next token from."""
+        return cls(
+            seq.request.params,
+            seq.sample_index,
+            seq.token_ids,
+            seq.num_prompt_tokens,
+            seq.grammar,
+            seq.token_counts,
+        )
 
 
 @dataclass(slots=True)

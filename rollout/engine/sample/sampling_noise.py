@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from rollout.engine.host_to_device import to_device
 from rollout.ops.cpu_kernels import load_cpu_kernels
+from rollout.ops.host_to_device import to_device
 from rollout.ops.workspace import Workspace
 
 _MASK64 = (1 << 64) - 1

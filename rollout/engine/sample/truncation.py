@@ -12,7 +12,7 @@ from math import inf
 
 import torch
 
-from rollout.engine.host_to_device import to_device
+from rollout.ops.host_to_device import to_device
 from rollout.ops.workspace import Workspace
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rollout.engine.request import Request, Sequence
+    from rollout.engine.requests.request import Request, Sequence
 
 IN_FLIGHT_POLICIES = ("wait", "abort", "keep", "recompute")
 

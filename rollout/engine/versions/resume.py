@@ -14,7 +14,7 @@ from rollout.outputs import PartialSample
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from rollout.engine.request import Sequence
+    from rollout.engine.requests.request import Sequence
 
 
 def check_partial(
