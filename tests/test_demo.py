@@ -9,7 +9,8 @@ import pytest
 
 from rollout.cli import main as cli_main
 from rollout.demo import overlap
-from rollout.demo.main import build_parser, run
+from rollout.demo.command import build_parser
+from rollout.demo.main import run
 
 
 def test_short_demo_advances_the_version_every_round_and_keeps_its_reward(tmp_path: Path) -> None:

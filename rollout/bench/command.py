@@ -45,10 +45,11 @@ def build_parser() -> CommandParser:
 def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
     """`owns_process`: run as a program (`rollout bench`), not by code that keeps the process."""
     parser = build_parser()
-    check_args(parser, parser.parse_args(argv))  # --help and bad options end here, before torch loads
-    from rollout.bench.main import main as run
+    args = parser.parse_args(argv)
+    check_args(parser, args)  # --help and bad options end here, before torch loads
+    from rollout.bench.main import run
 
-    return run(argv, owns_process)
+    return run(args, owns_process)
 
 
 def check_args(parser: CommandParser, args: argparse.Namespace) -> None:

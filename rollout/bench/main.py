@@ -7,6 +7,7 @@ works offline on any machine. Ratios are meaningful anywhere; absolute figures o
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 
@@ -15,13 +16,12 @@ from transformers import AutoModelForCausalLM
 
 from rollout.assets import default_model_path
 from rollout.bench import side_by_side, systems
-from rollout.bench.command import build_parser
 from rollout.gc_heap import freeze_startup_heap
 
 
-def main(argv: list[str] | None = None, owns_process: bool = False) -> int:
-    """`owns_process`: run as a program (`rollout bench`), not by code that keeps the process."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace, owns_process: bool = False) -> int:
+    """The benchmark for `args` as bench/command.py parsed and checked them. `owns_process`: run as a program
+    (`rollout bench`), not by code that keeps the process."""
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)  # transformers' per-run chatter
     lo, hi = args.prompt_len or ((8, 16) if args.model is None else (64, 128))
     new = args.new or (32 if args.model is None else 64)

@@ -23,7 +23,6 @@ from rollout.assets import default_model_path
 from rollout.client import RolloutClient
 from rollout.config import EngineConfig
 from rollout.demo import grpo, overlap, report
-from rollout.demo.command import build_parser
 from rollout.engine_factory import load_engine
 from rollout.gc_heap import freeze_startup_heap
 from rollout.outputs import RequestOutput
@@ -33,7 +32,6 @@ from rollout.server.engine_loop import EngineLoop
 from rollout.server.weights_servicer import SERVICE_NAME, register_weight_sync
 from rollout.tasks import addition
 
-__all__ = ["build_parser", "run"]
 EVAL_SEED = 10_000  # held-out prompts: training rounds use seeds 0, 1, 2, ...
 
 
