@@ -25,9 +25,9 @@ from transformers import PreTrainedTokenizerFast
 from rollout.engine.sample import grammar_mask
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.sampling_params import SamplingParams
-from rollout.structured.grammar_compiler import GrammarCompiler
-from rollout.structured.grammar_state import GrammarState
 from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.grammar_compiler import GrammarCompiler
+from rollout.structured_outputs.grammar_state import GrammarState
 
 SCHEMA = {
     "type": "object",

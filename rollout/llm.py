@@ -26,7 +26,7 @@ from rollout.outputs import RequestOutput
 from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
-from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.sampling_params.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.scoring import ScoreOutput, check_sequences, score_output, score_params
 from rollout.weights.lora import LoraTargets
 from rollout.weights.lora_export import update_source

@@ -30,7 +30,7 @@ from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_to_proto, is_conversation, message_chars
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
-from rollout.sampling_params import SamplingParams, params_or_sampling_params
+from rollout.sampling_params.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.scoring import ScoreOutput, check_sequences, score_params
 
 if TYPE_CHECKING:

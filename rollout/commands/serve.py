@@ -247,8 +247,8 @@ def check_serve_args(args: argparse.Namespace) -> tuple[str | Path, EngineConfig
 
 
 def compile_limits(args: argparse.Namespace):
-    """The structured-outputs compile bound (rollout/structured/compile_pool.py)."""
-    from rollout.structured.compile_pool import CompileLimits
+    """The structured-outputs compile bound (rollout/structured_outputs/compile_pool.py)."""
+    from rollout.structured_outputs.compile_pool import CompileLimits
 
     try:
         return CompileLimits(args.structured_compile_timeout, args.structured_compile_workers)

@@ -36,8 +36,8 @@ from rollout.engine.versions.resume import resume_into
 from rollout.ops.host_to_device import to_device
 from rollout.outputs import PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
-from rollout.structured.grammar_state import GrammarState
-from rollout.structured.request_grammars import RequestGrammars
+from rollout.structured_outputs.grammar_state import GrammarState
+from rollout.structured_outputs.request_grammars import RequestGrammars
 from rollout.weights.adapter_store import AdapterStore
 from rollout.weights.lora import LoraTargets
 from rollout.weights.manifest import NamedTensors

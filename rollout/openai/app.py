@@ -29,7 +29,7 @@ from rollout.openai.served_names import ModelNotFoundError
 from rollout.openai.streaming import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
-from rollout.structured.compile_pool import CompilersBusyError
+from rollout.structured_outputs.compile_pool import CompilersBusyError
 
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before the answer
 

@@ -19,7 +19,7 @@ from rollout.server.loop_errors import (
     QueueFullError,
     RequestConflictError,
 )
-from rollout.structured.compile_pool import CompilersBusyError
+from rollout.structured_outputs.compile_pool import CompilersBusyError
 
 # Most specific first.
 _STATUS: tuple[tuple[type[Exception], int, str], ...] = (

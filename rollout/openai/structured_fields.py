@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.structured_outputs import StructuredOutputsParams, structured_outputs_from
+from rollout.structured_outputs.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
 GUIDED = {
     "guided_json": "json",

@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.field_checks import check_unicode
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.message_checks import check_conversation
+from rollout.sampling_params.field_checks import check_unicode
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]

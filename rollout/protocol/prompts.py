@@ -16,7 +16,7 @@ from jinja2 import TemplateError
 
 # Fast tokenizers can refuse concurrent use of one instance ("Already borrowed"); RPC threads share it.
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK as _TOKENIZER_LOCK
-from rollout.field_checks import check_unicode
+from rollout.sampling_params.field_checks import check_unicode
 
 
 class NoChatTemplateError(ValueError):

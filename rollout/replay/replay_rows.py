@@ -17,7 +17,7 @@ import torch
 from rollout.engine.sample.sampler import SampleRow
 from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.sampling_params import SamplingParams
-from rollout.structured.grammar_state import GrammarState
+from rollout.structured_outputs.grammar_state import GrammarState
 
 
 class SeenPrefix(Sequence[int]):

@@ -19,7 +19,7 @@ from rollout.engine.sample.logits_processors import check_against_vocab
 from rollout.replay.processed_distribution import processed_log_softmax
 from rollout.replay.replay_rows import sample_rows
 from rollout.sampling_params import SamplingParams
-from rollout.structured.request_grammars import RequestGrammars
+from rollout.structured_outputs.request_grammars import RequestGrammars
 
 Sample = tuple[Sequence[int], Sequence[int]]  # (prompt token ids, completion token ids)
 PREPARED_KEPT = 256  # settings kept prepared (tokenized bad words, compiled grammar), oldest dropped first

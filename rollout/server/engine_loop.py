@@ -24,7 +24,7 @@ from rollout.server.loop_errors import EngineStepError, NotAcceptingError
 from rollout.server.loop_jobs import Job, JobQueue, run_job, wait_job
 from rollout.server.request_registry import RequestRegistry, Tracked
 from rollout.server.stop_watch import StopWatch
-from rollout.structured.compile_pool import DEFAULT_LIMITS, CompileLimits
+from rollout.structured_outputs.compile_pool import DEFAULT_LIMITS, CompileLimits
 
 if TYPE_CHECKING:
     from rollout.engine.llm_engine import LLMEngine

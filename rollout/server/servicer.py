@@ -40,7 +40,7 @@ from rollout.server.loop_errors import (
 )
 from rollout.server.metrics import Metrics
 from rollout.server.retry_after import abort_retry_later
-from rollout.structured.compile_pool import CompilersBusyError
+from rollout.structured_outputs.compile_pool import CompilersBusyError
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 

@@ -14,7 +14,7 @@ import torch
 
 from rollout import SamplingParams
 from rollout.engine.sample.sampler import Sampler, SampleRow
-from rollout.structured.grammar_state import GrammarState
+from rollout.structured_outputs.grammar_state import GrammarState
 
 VOCAB = 64
 EOS = 2

@@ -9,8 +9,8 @@ import torch
 
 from rollout import SamplingParams
 from rollout.replay import SamplerReplay
-from rollout.structured.grammar_compiler import GrammarCompiler
 from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.grammar_compiler import GrammarCompiler
 from tests.replay.replay_builders import EOS, draw
 from tests.structured.builders import SCHEMA, json_tokenizer
 

@@ -1,4 +1,4 @@
-"""A server's grammar compiles are bounded in time and number (rollout/structured/compile_pool.py): a spec
+"""A server's grammar compiles are bounded in time and number (rollout/structured_outputs/compile_pool.py): a spec
 that compiles too slowly is refused naming its field, caches nothing, and other requests go on.
 
 Before: a 20,000-property JSON schema got no answer in 120 s (it compiles in ~50 s here, with a
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from rollout import SamplingParams
-from rollout.structured.compile_pool import CompileLimits, CompilePool, CompilersBusyError
 from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.compile_pool import CompileLimits, CompilePool, CompilersBusyError
 from tests.openai.openai_builders import openai_serving
 from tests.server.server_builders import client_for, make_engine, serving
 from tests.structured.builders import SCHEMA, follows_schema, json_tokenizer

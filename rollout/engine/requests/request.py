@@ -16,7 +16,7 @@ from rollout.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from rollout.detokenize.sample_text import SampleText
     from rollout.engine.sample.token_counts import TokenCounts
-    from rollout.structured.grammar_state import GrammarState
+    from rollout.structured_outputs.grammar_state import GrammarState
 
 
 @dataclass(slots=True, eq=False)
@@ -34,7 +34,9 @@ class Request:
     # With params.prompt_logprobs: one entry per prompt token computed so far, the first None
     # (rollout/engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
-    grammar: object | None = None  # with structured_outputs: the compiled grammar (rollout/structured/)
+    grammar: object | None = (
+        None  # with structured_outputs: the compiled grammar (rollout/structured_outputs/)
+    )
     stream: bool = False  # each step's new tokens are recorded for the caller (engine/output/token_stream.py)
 
     def __post_init__(self) -> None:
@@ -87,7 +89,7 @@ class Sequence:
     weight_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_versions: list[tuple[int, int]] = field(default_factory=list)
     kv_version: int | None = None
-    # With structured_outputs: where this sample is in its grammar (rollout/structured/grammar_state.py).
+    # With structured_outputs: where this sample is in its grammar (rollout/structured_outputs/grammar_state.py).
     grammar: GrammarState | None = None
     # With a repetition, frequency or presence penalty: token_ids' counts, kept across steps (token_counts.py).
     token_counts: TokenCounts | None = None

@@ -43,7 +43,7 @@ from rollout.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from rollout.engine.requests.request import Sequence
     from rollout.engine.sample.token_counts import TokenCounts
-    from rollout.structured.grammar_state import GrammarState
+    from rollout.structured_outputs.grammar_state import GrammarState
 
 
 @dataclass(slots=True)

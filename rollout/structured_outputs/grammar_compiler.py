@@ -14,11 +14,11 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from rollout.structured.compile_pool import CompileLimits, CompilePool
-from rollout.structured.compile_spec import choice_grammar, compile_spec, import_xgrammar
+from rollout.structured_outputs.compile_pool import CompileLimits, CompilePool
+from rollout.structured_outputs.compile_spec import choice_grammar, compile_spec, import_xgrammar
 
 __all__ = ["CACHE_SIZE", "GrammarCompiler", "choice_grammar", "import_xgrammar"]
-from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.structured_outputs import StructuredOutputsParams
 
 CACHE_SIZE = 256  # compiled grammars kept (the xgrammar objects are small next to a model)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from rollout.field_checks import check_finite, check_int, check_unicode
-from rollout.logits_settings import check_logits_settings, has_logits_processors
-from rollout.structured_outputs import StructuredOutputsParams, structured_outputs_from
+from rollout.sampling_params.field_checks import check_finite, check_int, check_unicode
+from rollout.sampling_params.logits_settings import check_logits_settings, has_logits_processors
+from rollout.structured_outputs.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
 LOGPROBS_MODES = ("processed", "raw")
 # Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
@@ -55,7 +55,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     detokenize: bool = True
-    # Logits processors, vLLM's names and meanings (rollout/logits_settings.py checks them;
+    # Logits processors, vLLM's names and meanings (rollout/sampling_params/logits_settings.py checks them;
     # rollout/engine/sample/logits_processors.py applies them).
     min_tokens: int = 0
     presence_penalty: float = 0.0

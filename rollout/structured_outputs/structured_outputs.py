@@ -2,7 +2,7 @@
 
 Exactly one of json (a JSON schema, as a dict or its text), regex, choice (a list of strings),
 grammar (EBNF, xgrammar's dialect) or json_object (any JSON object). Plain data: the grammar is
-compiled by rollout/structured/grammar_compiler.py, off the engine loop's thread.
+compiled by rollout/structured_outputs/grammar_compiler.py, off the engine loop's thread.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.structured_outputs import StructuredOutputsParams
 
 
 def compile_spec(compiler: Any, spec: StructuredOutputsParams) -> Any:

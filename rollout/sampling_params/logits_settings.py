@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.field_checks import check_finite, check_int, check_unicode
+from rollout.sampling_params.field_checks import check_finite, check_int, check_unicode
 
 PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and OpenAI's range for presence and frequency penalties
 

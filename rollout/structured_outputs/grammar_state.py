@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from rollout.structured.grammar_compiler import import_xgrammar
+from rollout.structured_outputs.grammar_compiler import import_xgrammar
 
 
 class GrammarState:

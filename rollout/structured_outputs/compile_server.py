@@ -1,4 +1,4 @@
-"""The grammar compile helper process: `python -m rollout.structured.compile_server <in fd> <out fd>`.
+"""The grammar compile helper process: `python -m rollout.structured_outputs.compile_server <in fd> <out fd>`.
 
 It imports xgrammar once and keeps a compiler per tokenizer the server registers (`("tokenizer", key,
 TokenizerInfo JSON)`); for each `("compile", id, key, spec, timeout_s)` it forks a child that compiles
@@ -32,7 +32,7 @@ class _Child:
 
 def main(in_fd: int, out_fd: int) -> None:
     requests, replies = Connection(in_fd, writable=False), Connection(out_fd, readable=False)
-    from rollout.structured.compile_spec import import_xgrammar
+    from rollout.structured_outputs.compile_spec import import_xgrammar
 
     xgr = import_xgrammar()
     compilers: dict[str, Any] = {}
@@ -74,7 +74,7 @@ def _fork_compile(compiler: Any, spec: Any) -> tuple[int, Connection]:
     pid = os.fork()
     if pid == 0:  # the child: compile, answer, leave without running any of the parent's cleanup
         os.close(read_fd)
-        from rollout.structured.compile_spec import compile_spec
+        from rollout.structured_outputs.compile_spec import compile_spec
 
         out = Connection(write_fd, readable=False)
         try:

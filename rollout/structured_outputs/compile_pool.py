@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from rollout.structured.compile_server import CRASHED, CUT
-from rollout.structured_outputs import StructuredOutputsParams
+from rollout.structured_outputs.compile_server import CRASHED, CUT
+from rollout.structured_outputs.structured_outputs import StructuredOutputsParams
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 10.0
@@ -111,7 +111,7 @@ class _Helper:
     @classmethod
     def start(cls) -> _Helper:
         to_helper, from_helper = os.pipe(), os.pipe()
-        command = [sys.executable, "-m", "rollout.structured.compile_server"]
+        command = [sys.executable, "-m", "rollout.structured_outputs.compile_server"]
         process = subprocess.Popen(
             [*command, str(to_helper[0]), str(from_helper[1])],
             pass_fds=(to_helper[0], from_helper[1]),

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollout.sampling_params import SamplingParams
-from rollout.structured.compile_pool import CompileLimits
-from rollout.structured.grammar_compiler import GrammarCompiler
+from rollout.structured_outputs.compile_pool import CompileLimits
+from rollout.structured_outputs.grammar_compiler import GrammarCompiler
 
 
 class RequestGrammars:
