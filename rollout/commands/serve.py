@@ -18,7 +18,7 @@ from rollout.commands.engine_args import add_engine_args, engine_source, loading
 from rollout.commands.ports import check_bindable, port_number
 from rollout.commands.usage import UsageError
 from rollout.config import EngineConfig
-from rollout.openai.tool_parsers import PARSERS
+from rollout.openai.tools.tool_parsers import PARSERS
 
 logger = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

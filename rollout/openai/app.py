@@ -13,7 +13,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from rollout.openai.admission_gate import CALLER_HEADER, ReleasingStreamingResponse, http_caller
-from rollout.openai.choice_stream import StreamMismatchError
 from rollout.openai.errors import error_body, status_of, validation_message
 from rollout.openai.frontend import (
     Frontend,
@@ -24,9 +23,10 @@ from rollout.openai.frontend import (
     write_completion,
 )
 from rollout.openai.guard import Guard
-from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ModelNotFoundError
-from rollout.openai.streaming import sse, stream_chunks
+from rollout.openai.streaming.choice_stream import StreamMismatchError
+from rollout.openai.streaming.sse import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
 from rollout.server.metrics import Metrics
 from rollout.structured_outputs.compile_pool import CompilersBusyError

@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 
 from rollout.detokenize.finish_text import finish_text
 from rollout.openai.admission_gate import Gate
-from rollout.openai.prepare import Prepared, Preparer
-from rollout.openai.responses import ReplyOptions, chat_choice, completion_choice, usage
-from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.replies.response_objects import ReplyOptions, chat_choice, completion_choice, usage
+from rollout.openai.requests.prepare import Prepared, Preparer
+from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.served_names import ServedNames
-from rollout.openai.stream_deltas import StreamDeltas
-from rollout.openai.tool_parsers import PARSERS, parser_for_template
+from rollout.openai.streaming.stream_deltas import StreamDeltas
+from rollout.openai.tools.tool_parsers import PARSERS, parser_for_template
 from rollout.outputs import CompletionOutput
 from rollout.server.engine_loop import EngineLoop
 from rollout.server.handle import HandleCancelledError, RequestHandle

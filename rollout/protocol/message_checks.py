@@ -4,7 +4,7 @@ A template renders whatever it is given: a message without a role becomes `<>`, 
 silently dropped by `{% if content is string %}`, an image part becomes a placeholder with no pixels.
 Each is refused here for every path (the OpenAI front end, gRPC, the offline `LLM.chat`). Roles stay
 open (templates define their own, e.g. Llama's `ipython`); OpenAI's stricter rules are the HTTP front
-end's (rollout/openai/message_schema.py).
+end's (rollout/openai/requests/message_schema.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-import rollout.openai.prepare
+import rollout.openai.requests.prepare
 from tests.openai.openai_builders import chat_engine, openai_serving
 from tests.server.server_builders import slow_steps, wait_for
 
@@ -61,9 +61,11 @@ def test_requests_without_a_caller_name_share_their_host_and_the_bound_holds_for
 def test_more_prompts_than_the_server_admits_are_refused_before_any_is_tokenized(monkeypatch) -> None:
     """100,000 prompts in one completions call were refused only after 51 s of tokenizing."""
     tokenized: list[str] = []
-    real = rollout.openai.prepare.tokenize_text
+    real = rollout.openai.requests.prepare.tokenize_text
     monkeypatch.setattr(
-        rollout.openai.prepare, "tokenize_text", lambda *a, **k: tokenized.append(a[1]) or real(*a, **k)
+        rollout.openai.requests.prepare,
+        "tokenize_text",
+        lambda *a, **k: tokenized.append(a[1]) or real(*a, **k),
     )
     with openai_serving() as (grpc_server, http):
         limit = grpc_server.loop.max_pending_requests

@@ -7,8 +7,8 @@ from typing import Any
 
 from rollout import SamplingParams
 from rollout.engine.output.token_stream import TokenDelta
-from rollout.openai.choice_stream import ChoiceStream
-from rollout.openai.responses import ReplyOptions, chat_message
+from rollout.openai.replies.response_objects import ReplyOptions, chat_message
+from rollout.openai.streaming.choice_stream import ChoiceStream
 from rollout.outputs import CompletionOutput
 from tests.detokenize.tokenizer_builders import byte_bpe
 from tests.openai.openai_builders import hermes_tokenizer

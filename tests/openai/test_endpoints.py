@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rollout.client import RolloutClient
-from rollout.openai import sampling
+from rollout.openai.requests import sampling
 from tests.builders import TOOLS, tiny_model
 from tests.openai.openai_builders import chat_engine, hermes_tokenizer, openai_serving
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import openai
 
-from rollout.openai.prefix_check import prefix_break
+from rollout.openai.requests.prefix_check import prefix_break
 from rollout.protocol.prompts import tokenize_chat
 from tests.openai.openai_builders import hermes_tokenizer, openai_serving
 from tests.server.server_builders import make_engine

@@ -6,7 +6,12 @@ import json
 
 import openai
 
-from rollout.openai.tool_parsers import ParsedReply, parse_hermes, parse_llama3_json, parser_for_template
+from rollout.openai.tools.tool_parsers import (
+    ParsedReply,
+    parse_hermes,
+    parse_llama3_json,
+    parser_for_template,
+)
 from tests.builders import TOOL_CHAT_TEMPLATE
 from tests.openai.openai_builders import HERMES_TEMPLATE, chat_engine, openai_serving
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.openai.tool_parsers import PARSERS
-from rollout.openai.tool_stream import content_end
+from rollout.openai.tools.tool_parsers import PARSERS
+from rollout.openai.tools.tool_stream import content_end
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 REPLIES = {

@@ -10,7 +10,7 @@ non-space; for `llama3_json`, everything once the reply's first character rules 
 
 from __future__ import annotations
 
-from rollout.openai.tool_parsers import PYTHON_TAG
+from rollout.openai.tools.tool_parsers import PYTHON_TAG
 
 HERMES_OPEN = "<tool_call>"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.openai.tool_parsers import PARSERS
+from rollout.openai.tools.tool_parsers import PARSERS
 from rollout.outputs import CompletionOutput
 from rollout.protocol.prompts import detokenize, token_texts
 

@@ -12,8 +12,8 @@ import queue
 from typing import Any
 
 from rollout.engine.output.token_stream import TokenDelta
-from rollout.openai.choice_stream import ChoiceStream
-from rollout.openai.prepare import Prepared
+from rollout.openai.requests.prepare import Prepared
+from rollout.openai.streaming.choice_stream import ChoiceStream
 from rollout.outputs import CompletionOutput
 from rollout.server.handle import LoopEvent, RequestHandle
 

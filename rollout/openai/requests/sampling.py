@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from rollout.openai.structured_fields import structured_outputs_of
+from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from rollout.openai.requests.structured_fields import structured_outputs_of
 from rollout.sampling_params import SamplingParams
 
 PARAM_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))

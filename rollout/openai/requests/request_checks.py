@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.openai.schemas import ChatCompletionRequest, SamplingFields
+from rollout.openai.requests.schemas import ChatCompletionRequest, SamplingFields
 from rollout.sampling_params.field_checks import check_unicode
 
 # Fields of token ids only: nothing to check, and a long prompt of ids would cost a walk for nothing.

@@ -11,15 +11,15 @@ from typing import Any
 
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
-from rollout.openai.chat_turns import appended_prompt
-from rollout.openai.message_schema import openai_conversation
-from rollout.openai.prefix_check import prefix_break
-from rollout.openai.request_checks import check_text, check_top_logprobs
-from rollout.openai.responses import ReplyOptions
-from rollout.openai.sampling import UnsupportedFieldError, sampling_params
-from rollout.openai.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.replies.response_objects import ReplyOptions
+from rollout.openai.requests.chat_turns import appended_prompt
+from rollout.openai.requests.message_schema import openai_conversation
+from rollout.openai.requests.prefix_check import prefix_break
+from rollout.openai.requests.request_checks import check_text, check_top_logprobs
+from rollout.openai.requests.sampling import UnsupportedFieldError, sampling_params
+from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.requests.structured_fields import in_request_terms
 from rollout.openai.served_names import ServedNames
-from rollout.openai.structured_fields import in_request_terms
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission

@@ -59,7 +59,7 @@ class SamplingFields(BaseModel):
     bad_words: list[str] | None = None
     logprobs_mode: Literal["processed", "raw"] | None = None  # rollout's (SamplingParams.logprobs_mode)
     bad_words_token_ids: list[list[int]] | None = None  # rollout's: bad words given as token sequences
-    # Structured outputs (rollout/openai/structured_fields.py): OpenAI's response_format, vLLM's
+    # Structured outputs (rollout/openai/requests/structured_fields.py): OpenAI's response_format, vLLM's
     # structured_outputs object and its older guided_* keys
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None

@@ -17,7 +17,7 @@ from rollout.detokenize.finish_text import finish_text
 from rollout.detokenize.sample_text import SampleText
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.engine.output.token_stream import TokenDelta
-from rollout.openai.responses import (
+from rollout.openai.replies.response_objects import (
     ReplyOptions,
     chat_logprobs,
     chat_message,
@@ -25,7 +25,7 @@ from rollout.openai.responses import (
     extensions,
     reply_text,
 )
-from rollout.openai.tool_stream import content_end
+from rollout.openai.tools.tool_stream import content_end
 from rollout.outputs import CompletionOutput
 from rollout.sampling_params import SamplingParams
 
