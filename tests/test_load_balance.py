@@ -108,6 +108,23 @@ def test_a_dead_server_is_probed_at_most_once_per_interval_and_revived_takes_wor
     assert balancer.dead == {}
 
 
+def test_wait_until_ready_gives_a_written_off_server_that_serves_again_its_work_back() -> None:
+    """A trainer that waits for its servers after a restart keeps its client: the wait revives them."""
+    prompts = random_prompts(4, 2, 20, seed=6)
+    with serving() as b:
+        with serving() as a:
+            address_a, port_a = a.address, a.port
+            client = RolloutClient([address_a, b.address], max_retries=1)
+        client.generate(prompts, GREEDY)  # a is gone: written off
+        assert address_a in client.dead_servers
+        with serving(make_engine(), port=port_a) as back:
+            client.wait_until_ready(60)
+            assert client.dead_servers == {}
+            client.generate(prompts, GREEDY)
+            assert back.loop.counters["accepted"] > 0  # prompts reach it on the very next call
+        client.close()
+
+
 def test_a_server_written_off_gets_prompts_again_once_it_is_back() -> None:
     """Failover writes a dead server off for the client; a restart on the same address must get
     traffic again within seconds (a health probe before each call, at most every 2 s per server)."""

@@ -270,7 +270,9 @@ class RolloutClient:
         return self._call(stub.GetMetrics, pb.GetMetricsRequest()).prometheus_text
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
-        """Blocks until every server's health check says SERVING; TimeoutError after `timeout` s."""
+        """Blocks until every server's health check says SERVING; TimeoutError after `timeout` s.
+
+        A server this client had written off (dead_servers) and found SERVING here gets prompts again."""
         self._check_open()
         deadline = time.monotonic() + timeout
         for address, channel in self.channels.items():
@@ -279,6 +281,7 @@ class RolloutClient:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"server {address} not SERVING after {timeout} s")
                 time.sleep(0.1)
+            self.balancer.revive(address)
 
     @property
     def weight_pusher(self) -> WeightPusher:

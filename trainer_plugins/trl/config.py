@@ -28,8 +28,8 @@ class RolloutConfig:
     `wait_timeout`: seconds to wait, with one deadline for all servers, until every server's health
     check says SERVING: at start-up, before every round once weights were pushed (a server that went
     away is waited for there), and before the start-up checks are run again in a recovery (after a
-    restart, a server that stopped answering, or an adapter push refused for another base; when the
-    client had given up on a server, a new client waits once more). Not ready by then:
+    restart, a server that stopped answering, or an adapter push refused for another base; a server the
+    client had given up on gets prompts again once the wait finds it serving). Not ready by then:
     `RolloutServerUnavailable`, and training stops.
     `check_vocabulary`: tokenize a probe string on the server and refuse another tokenizer.
     `parity_probe`: after the first push (and after a server restart), score a few server samples

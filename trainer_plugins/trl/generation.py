@@ -198,7 +198,7 @@ class RolloutGeneration(VLLMGeneration):
         """Main process: waits for the servers and re-runs the start-up checks; the next push is probed."""
         infos = None
         if self.accelerator.is_main_process:
-            self.client, self.watch, infos = server_restarts.recheck(
+            self.watch, infos = server_restarts.recheck(
                 self.client, self.model, self.processing_class, self.rollout_config
             )
         self._set_facts(infos)

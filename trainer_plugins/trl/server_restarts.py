@@ -70,22 +70,19 @@ def recovery_reason(exc: BaseException) -> str | None:
 
 def recheck(
     client: RolloutClient, model: Any, tokenizer: Any, config: RolloutConfig
-) -> tuple[RolloutClient, RestartWatch, list[Any]]:
+) -> tuple[RestartWatch, list[Any]]:
     """Waits up to `config.wait_timeout` for every server, then runs the start-up checks again.
 
-    Returns the client to use from now on (a new one when the old one gave up on a server, so the
-    server that came back gets prompts again), its watch trusting the processes just checked, and
-    each server's info. RolloutServerUnavailable when a server is still gone after the wait.
+    Returns a watch trusting the processes just checked, and each server's info. A server the client
+    had written off gets prompts again once the wait finds it serving (RolloutClient.wait_until_ready).
+    RolloutServerUnavailable when a server is still gone after the wait.
     """
-    server_checks.wait_ready(client, config)
-    if client.dead_servers:
-        client = RolloutClient(config.server, token=config.token, tls=config.tls)
-        server_checks.wait_ready(client, config)  # its first answers name the processes checked below
+    server_checks.wait_ready(client, config)  # its first answers name the processes checked below
     counts = client.boot_ids.restarts()  # before the checks: a restart during them shows afterwards
     infos = server_checks.check_server(client, model, tokenizer, config)
     watch = RestartWatch(client)
     watch.trust(counts)
-    return client, watch, infos
+    return watch, infos
 
 
 def log_recovery(why: str, addresses: list[str], config: RolloutConfig) -> None:
