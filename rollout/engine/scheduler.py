@@ -70,9 +70,6 @@ class Scheduler:
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
-
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
@@ -377,13 +376,3 @@ class EngineLoop:
         with self._cond:
             self._stats = stats
             self._engine_busy = self.engine.has_unfinished_requests()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
-    """Polls `predicate` until true or `timeout` seconds pass (for callers outside the loop)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-    return True

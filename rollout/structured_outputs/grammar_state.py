@@ -39,7 +39,3 @@ class GrammarState:
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         """Writes the allowed tokens of the next step into bitmask[row] (int32 words, bit j of word w = token 32w + j)."""
         self._matcher.fill_next_token_bitmask(bitmask, row)
-
-
-def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    return import_xgrammar().allocate_token_bitmask(rows, vocab_size)

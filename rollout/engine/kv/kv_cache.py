@@ -25,10 +25,6 @@ class KVCacheSpec:
     layers: tuple[LayerKV, ...]
     dtype: torch.dtype
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
     def with_equal_head_dims(self) -> KVCacheSpec:
         """V pools as wide as K's, for backends that read both with one head size."""
         widest = tuple(
