@@ -24,7 +24,7 @@ from rollout.openai.frontend import (
 )
 from rollout.openai.guard import Guard
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
-from rollout.openai.served_names import ModelNotFoundError
+from rollout.openai.requests.served_names import ModelNotFoundError
 from rollout.openai.streaming.choice_stream import StreamMismatchError
 from rollout.openai.streaming.sse import sse, stream_chunks
 from rollout.server.loop_errors import LoopError

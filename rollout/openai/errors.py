@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from rollout.openai.served_names import ModelNotFoundError
+from rollout.openai.requests.served_names import ModelNotFoundError
 from rollout.openai.streaming.choice_stream import StreamMismatchError
 from rollout.sampling_params import SamplingParams
 from rollout.server.loop_errors import (

@@ -20,7 +20,7 @@ from rollout.openai.admission_gate import Gate
 from rollout.openai.replies.response_objects import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.requests.prepare import Prepared, Preparer
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
-from rollout.openai.served_names import ServedNames
+from rollout.openai.requests.served_names import ServedNames
 from rollout.openai.streaming.stream_deltas import StreamDeltas
 from rollout.openai.tools.tool_parsers import PARSERS, parser_for_template
 from rollout.outputs import CompletionOutput

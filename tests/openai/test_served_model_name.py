@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from rollout.client import RolloutClient
-from rollout.openai.served_names import ServedNames
+from rollout.openai.requests.served_names import ServedNames
 from tests.openai.openai_builders import openai_serving
 
 NAMES = ["qwen-policy", "policy"]

@@ -18,8 +18,8 @@ from rollout.openai.requests.prefix_check import prefix_break
 from rollout.openai.requests.request_checks import check_text, check_top_logprobs
 from rollout.openai.requests.sampling import UnsupportedFieldError, sampling_params
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
+from rollout.openai.requests.served_names import ServedNames
 from rollout.openai.requests.structured_fields import in_request_terms
-from rollout.openai.served_names import ServedNames
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission
