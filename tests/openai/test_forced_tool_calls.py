@@ -94,6 +94,34 @@ def test_the_grammar_is_the_spelling_the_servers_tool_parser_reads(parser: str) 
         assert sampled.startswith(opening)
 
 
+# Writes calls as `<tool_call>{"name": "...", "arguments": {...}}</tool_call>` (no newlines, no separator), its
+# arguments as given: forced calls must be sampled in this spelling, not the parser's usual one.
+COMPACT_TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content }}{% endif %}"
+    '{% for call in m.tool_calls or [] %}<tool_call>{"name": "{{ call.function.name }}", "arguments": '
+    "{{ call.function.arguments }}}</tool_call>{% endfor %}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_a_forced_call_is_sampled_in_the_chat_templates_own_spelling() -> None:
+    tokenizer = hermes_tokenizer()
+    tokenizer.chat_template = COMPACT_TEMPLATE
+    model = tiny_model("llama", 0, max_position_embeddings=1536)
+    engine = LLMEngine(model, tokenizer, EngineConfig(num_blocks=512, max_num_seqs=64))
+    with openai_serving(engine, tool_call_parser="hermes") as (_, http):
+        client = openai.OpenAI(base_url=http.base_url, api_key="none")
+        reply = _ask(client, tool_choice="required", n=3)
+    for choice in reply.choices:
+        calls = _check_calls(choice, set(SCHEMAS))
+        sampled = tokenizer.decode(choice.model_extra["token_ids"], skip_special_tokens=True)
+        written = "".join(
+            f'<tool_call>{{"name": "{c.function.name}", "arguments": ' for c in calls[:1]
+        )  # the template's opening, then the arguments as sampled
+        assert sampled.startswith(written) and sampled.endswith("}</tool_call>")
+        assert "</tool_call><tool_call>" in sampled or len(calls) == 1  # the template's (empty) separator
+
+
 def test_a_streamed_forced_call_equals_the_non_streamed_one() -> None:
     with _serving() as (_, http):
         client = openai.OpenAI(base_url=http.base_url, api_key="none")

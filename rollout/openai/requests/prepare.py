@@ -22,6 +22,7 @@ from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionReq
 from rollout.openai.requests.served_names import ServedNames
 from rollout.openai.requests.structured_fields import in_request_terms
 from rollout.openai.tools.forced_calls import ForcedCalls, forced_calls
+from rollout.openai.tools.template_spelling import template_spelling
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.sampling_params import SamplingParams
 from rollout.server.admission import too_many_prompts
@@ -50,6 +51,7 @@ class Preparer:
         self.served = served
         self.tool_parser = tool_parser
         self.tokenizer = engine.tokenizer
+        self.call_spelling = template_spelling(self.tokenizer, tool_parser)  # forced calls write it
         self.max_chars = (
             None if self.tokenizer is None else text_char_limit(self.tokenizer, engine.max_model_len)
         )
@@ -64,7 +66,9 @@ class Preparer:
         else:
             ids, text = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
             extensions = _prefix_fields(self.tokenizer, messages, text, ids, tools)
-        forced = forced_calls(req.tool_choice, tools, req.parallel_tool_calls, self.tool_parser)
+        forced = forced_calls(
+            req.tool_choice, tools, req.parallel_tool_calls, self.tool_parser, self.call_spelling
+        )
         parser = "none" if req.tool_choice == "none" else forced.parser if forced else self.tool_parser
         opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser, forced)
         sub = self._submission(req, ids, None, request_id, caller, forced)

@@ -23,17 +23,24 @@ ANY_OBJECT = {"type": "object"}
 
 @dataclass(frozen=True)
 class Spelling:
-    """How one parser's format writes a call: `begin` + name, the arguments' key, `end`, `separator`."""
+    """How calls are written: `before_name` name `before_arguments` {arguments} `end`, calls joined by
+    `separator` (the name as JSON string content: OpenAI's names need no escaping)."""
 
-    begin: str
-    arguments_key: str
+    before_name: str
+    before_arguments: str
     end: str
     separator: str
 
+    def begin(self, name: str) -> str:
+        return f"{self.before_name}{json.dumps(name)[1:-1]}{self.before_arguments}"
+
+    def call(self, name: str, arguments: str) -> str:
+        return self.begin(name) + arguments + self.end
+
 
 SPELLINGS = {
-    "hermes": Spelling('<tool_call>\n{"name": ', "arguments", "}\n</tool_call>", "\n"),
-    "llama3_json": Spelling('{"name": ', "parameters", "}", "; "),
+    "hermes": Spelling('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>", "\n"),
+    "llama3_json": Spelling('{"name": "', '", "parameters": ', "}", "; "),
 }
 FALLBACK_PARSER = "llama3_json"  # for a template that shows no tool-call spelling (parser "none")
 
@@ -53,9 +60,11 @@ def forced_calls(
     tools: Sequence[Mapping[str, Any]] | None,
     parallel_tool_calls: bool | None,
     parser: str,
+    spelling: Spelling | None = None,
 ) -> ForcedCalls | None:
     """None unless `tool_choice` forces a call; ValueError naming the field for a choice that cannot be
-    honoured (an unknown mode, no tools, a name that is not among them). `tools` are checked already."""
+    honoured (an unknown mode, no tools, a name that is not among them). `tools` are checked already.
+    `spelling`: the chat template's own (template_spelling.py), else the parser's usual one."""
     if tool_choice in (None, "auto", "none"):
         return None
     functions = [tool["function"] for tool in tools or ()]
@@ -70,9 +79,10 @@ def forced_calls(
             f'tool_choice: {tool_choice!r} is not one of "none", "auto", "required" or '
             '{"type": "function", "function": {"name": ...}}'
         )
-    parser = parser if parser in SPELLINGS else FALLBACK_PARSER
+    if parser not in SPELLINGS:
+        parser, spelling = FALLBACK_PARSER, None
     single = named or parallel_tool_calls is False
-    tag = structural_tag(chosen, SPELLINGS[parser], single)
+    tag = structural_tag(chosen, spelling or SPELLINGS[parser], single)
     return ForcedCalls(StructuredOutputsParams(structural_tag=tag), parser, named)
 
 
@@ -83,7 +93,7 @@ def structural_tag(
     tags = [
         {
             "type": "tag",
-            "begin": f"{spelling.begin}{json.dumps(f['name'])}, {json.dumps(spelling.arguments_key)}: ",
+            "begin": spelling.begin(f["name"]),
             "content": {"type": "json_schema", "json_schema": f.get("parameters") or ANY_OBJECT},
             "end": spelling.end,
         }
