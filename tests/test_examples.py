@@ -76,3 +76,15 @@ def test_agent_loop_trains_on_token_exact_tool_using_trajectories_and_serves_the
     hit, reusable = map(int, re.search(r"turn k\+1: (\d+) of (\d+) reusable", out).groups())
     print(f"turn k+1 prefix hit rate on turn k's tokens: {hit}/{reusable}")
     assert reusable > 0 and hit == reusable
+
+
+@pytest.mark.parametrize("framework", ["plain", "agents-sdk"])
+def test_agent_trajectories_records_token_exact_prefix_stable_episodes(
+    tmp_path: Path, framework: str
+) -> None:
+    if framework == "agents-sdk":
+        pytest.importorskip("agents", reason="the OpenAI Agents SDK is an optional extra of the example")
+    out = run_example("agent_trajectories.py", *(["--plain"] if framework == "plain" else []), cwd=tmp_path)
+    assert ("Agents SDK" in out) == (framework == "agents-sdk")
+    assert out.count(", stable=True)") == 3  # each episode's second turn continues its first exactly
+    assert "TRL rollout_func batch: 3 samples" in out and "every turn prefix-stable: True" in out

@@ -5,6 +5,7 @@
   client, launcher or `LLM`;
 - the kernels (`rollout.ops`) import no transformers and nothing of the engine, the bridge or the server;
 - only the commands (and the demo, which starts a server) import the server;
+- the trajectory recorder (`rollout.trajectories`) imports no torch, engine, server or front end;
 - the protocol imports neither the server nor the client; the client imports no torch (but for the
   weight pusher, which the client loads on its first push: `import rollout.client` stays torch-free).
 """
@@ -40,6 +41,15 @@ RULES: dict[str, tuple[str, ...]] = {
     "rollout.protocol": ("rollout.server", "rollout.client", "rollout.engine", "rollout.llm"),
     "rollout.client": ("torch", "transformers", "rollout.engine", "rollout.server", "rollout.llm"),
     "rollout.weights": ("rollout.server", "rollout.client", "rollout.llm", "rollout.commands"),
+    # the trajectory recorder runs in a trainer's or an agent's process, under its `openai` client
+    "rollout.trajectories": (
+        "torch",
+        "transformers",
+        "fastapi",
+        "rollout.engine",
+        "rollout.server",
+        "rollout.openai",
+    ),
     "rollout.replay": (
         "rollout.server",
         "rollout.client",

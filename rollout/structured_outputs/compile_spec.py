@@ -24,6 +24,9 @@ def compile_spec(compiler: Any, spec: StructuredOutputsParams) -> Any:
             return compiler.compile_regex(spec.regex)
         if kind == "choice":
             return compiler.compile_grammar(choice_grammar(spec.choice))
+        if kind == "structural_tag":
+            json.loads(spec.structural_tag)
+            return compiler.compile_structural_tag(spec.structural_tag)
         return compiler.compile_grammar(spec.grammar)
     except (RuntimeError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__

@@ -1,8 +1,10 @@
 """StructuredOutputsParams: what a sample's text must follow (vLLM's names and shapes).
 
 Exactly one of json (a JSON schema, as a dict or its text), regex, choice (a list of strings),
-grammar (EBNF, xgrammar's dialect) or json_object (any JSON object). Plain data: the grammar is
-compiled by rollout/structured_outputs/grammar_compiler.py, off the engine loop's thread.
+grammar (EBNF, xgrammar's dialect), json_object (any JSON object) or structural_tag (xgrammar's
+structural tag, as a dict or its JSON text: tags around JSON-schema content, what forced tool calls
+compile to). Plain data: the grammar is compiled by rollout/structured_outputs/grammar_compiler.py,
+off the engine loop's thread.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("json", "regex", "choice", "grammar", "json_object")
+KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class StructuredOutputsParams:
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    structural_tag: str | dict[str, Any] | None = None
     # vLLM's option: JSON without optional whitespace (compact output; json and json_object only)
     disable_any_whitespace: bool = False
 
@@ -32,9 +35,10 @@ class StructuredOutputsParams:
             raise ValueError(
                 f"structured_outputs: set exactly one of {', '.join(KINDS)}, got {set_kinds or 'none'}"
             )
-        if isinstance(self.json, dict):
-            object.__setattr__(self, "json", _dumps(self.json))
-        for name in ("json", "regex", "grammar"):
+        for name in ("json", "structural_tag"):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, _dumps(getattr(self, name), name))
+        for name in ("json", "regex", "grammar", "structural_tag"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"structured_outputs.{name} must be a non-empty string, got {value!r}")
@@ -70,11 +74,11 @@ def structured_outputs_from(value: object) -> StructuredOutputsParams | None:
     )
 
 
-def _dumps(schema: dict[str, Any]) -> str:
+def _dumps(value: dict[str, Any], name: str) -> str:
     try:
-        return json.dumps(schema, sort_keys=True)
+        return json.dumps(value, sort_keys=True)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"structured_outputs.json: the schema is not JSON ({exc})") from None
+        raise ValueError(f"structured_outputs.{name}: not JSON ({exc})") from None
 
 
 def _choices(choice: object) -> tuple[str, ...]:

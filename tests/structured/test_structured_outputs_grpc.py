@@ -27,6 +27,29 @@ SPECS = [
 ]
 
 
+# vLLM's structural_tag (xgrammar's format): what forced tool calls compile to (openai/tools/forced_calls.py)
+TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "tag",
+        "begin": "call ",
+        "content": {"type": "json_schema", "json_schema": SCHEMA},
+        "end": " end",
+    },
+}
+
+
+def test_a_structural_tag_is_followed_through_the_server() -> None:
+    spec = StructuredOutputsParams(structural_tag=TAG)
+    params = SamplingParams(n=3, seed=4, max_tokens=80, structured_outputs=spec)
+    with serving(make_engine(tokenizer=json_tokenizer())) as server, client_for(server) as client:
+        served = client.generate(PROMPTS, params)
+    for sample in (s for o in served for s in o.outputs):
+        assert sample.finish_reason == "stop", sample.text
+        assert sample.text.startswith("call ") and sample.text.endswith(" end")
+        assert follows_schema(sample.text[5:-4])
+
+
 def _comparable(outputs: list) -> list:
     return [[(s.token_ids, s.logprobs, s.text, s.finish_reason) for s in o.outputs] for o in outputs]
 
@@ -53,6 +76,7 @@ def test_the_spec_survives_the_wire() -> None:
         *SPECS,
         StructuredOutputsParams(json_object=True),
         StructuredOutputsParams(grammar='root ::= "a"'),
+        StructuredOutputsParams(structural_tag=TAG),
     ]:
         params = SamplingParams(structured_outputs=spec)
         assert convert.params_from_proto(convert.params_to_proto(params)) == params

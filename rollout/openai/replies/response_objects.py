@@ -26,6 +26,7 @@ class ReplyOptions:
     top_logprobs: int = 0
     token_ids: bool = True
     skip_special_tokens: bool = True
+    named_tool: bool = False  # tool_choice named one function: finish_reason stays "stop" (OpenAI's, vLLM's)
 
 
 def chat_choice(sample: CompletionOutput, index: int, opts: ReplyOptions) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def chat_message(sample: CompletionOutput, opts: ReplyOptions) -> tuple[dict[str
     finish = sample.finish_reason
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
-        finish = "tool_calls" if finish == "stop" else finish
+        finish = "tool_calls" if finish == "stop" and not opts.named_tool else finish
     return message, finish
 
 

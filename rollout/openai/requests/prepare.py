@@ -6,6 +6,7 @@ front end's worker threads; the engine loop's thread only admits and steps.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +21,14 @@ from rollout.openai.requests.sampling import UnsupportedFieldError, sampling_par
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.requests.served_names import ServedNames
 from rollout.openai.requests.structured_fields import in_request_terms
+from rollout.openai.tools.forced_calls import ForcedCalls, forced_calls
+from rollout.openai.tools.template_spelling import template_spelling
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.sampling_params import SamplingParams
 from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission
+
+FORCED_SPEC_FIELD = "structured_outputs.structural_tag:"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Preparer:
         self.served = served
         self.tool_parser = tool_parser
         self.tokenizer = engine.tokenizer
+        self.call_spelling = template_spelling(self.tokenizer, tool_parser)  # forced calls write it
         self.max_chars = (
             None if self.tokenizer is None else text_char_limit(self.tokenizer, engine.max_model_len)
         )
@@ -59,9 +66,13 @@ class Preparer:
         else:
             ids, text = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
             extensions = _prefix_fields(self.tokenizer, messages, text, ids, tools)
-        parser = "none" if req.tool_choice == "none" else self.tool_parser
-        opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser)
-        return Prepared([self._submission(req, ids, None, request_id, caller)], opts, req.n, extensions)
+        forced = forced_calls(
+            req.tool_choice, tools, req.parallel_tool_calls, self.tool_parser, self.call_spelling
+        )
+        parser = "none" if req.tool_choice == "none" else forced.parser if forced else self.tool_parser
+        opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser, forced)
+        sub = self._submission(req, ids, None, request_id, caller, forced)
+        return Prepared([sub], opts, req.n, extensions)
 
     def completion(self, req: CompletionRequest, request_id: str, caller: str) -> Prepared:
         self.served.check(req.model)
@@ -80,15 +91,23 @@ class Preparer:
         text: str | None,
         request_id: str,
         caller: str,
+        forced: ForcedCalls | None = None,
     ) -> Submission:
         params = sampling_params(req, len(ids), self.engine.max_model_len)
+        if forced is not None:
+            params = _with_forced_calls(params, forced)
         if params.bad_words:
             with TOKENIZER_LOCK:
                 params = with_bad_words_tokenized(params, self.tokenizer)
         try:
             self.engine.validate_request(ids, params)  # compiles a grammar, within the server's bound
         except ValueError as exc:
-            raise ValueError(in_request_terms(str(exc), req)) from None
+            message = in_request_terms(str(exc), req)
+            if forced is not None:  # the grammar is the tools' parameters, as tool_choice forces them
+                message = message.replace(
+                    FORCED_SPEC_FIELD, "tools: the forced calls' grammar (tool_choice)", 1
+                )
+            raise ValueError(message) from None
         return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
 
     def _prompts(
@@ -110,10 +129,12 @@ class Preparer:
                 prompts.append((list(p), None))
         return prompts
 
-    def _options(self, req: Any, logprobs: bool, top: int, parser: str) -> ReplyOptions:
-        return ReplyOptions(
-            self.tokenizer, parser, logprobs, top, req.return_token_ids is not False, req.skip_special_tokens
-        )
+    def _options(
+        self, req: Any, logprobs: bool, top: int, parser: str, forced: ForcedCalls | None = None
+    ) -> ReplyOptions:
+        named = forced is not None and forced.named
+        token_ids = req.return_token_ids is not False
+        return ReplyOptions(self.tokenizer, parser, logprobs, top, token_ids, req.skip_special_tokens, named)
 
 
 def _prefix_fields(
@@ -134,10 +155,17 @@ def _prefix_fields(
 def _check_chat_options(req: ChatCompletionRequest, vocab_size: int) -> None:
     check_text(req)
     check_top_logprobs(req, vocab_size)
-    if req.tool_choice not in (None, "auto", "none"):
-        raise UnsupportedFieldError(
-            'tool_choice: only "auto" and "none" are supported (forcing a call needs constrained decoding)'
+
+
+def _with_forced_calls(params: SamplingParams, forced: ForcedCalls) -> SamplingParams:
+    """`params` constrained to the forced calls' grammar; a request that constrains its output another
+    way too is refused (two grammars cannot both hold)."""
+    if params.structured_outputs is not None:
+        raise ValueError(
+            "tool_choice: a forced tool call constrains the output already; it cannot be combined with "
+            "response_format, structured_outputs or guided_*"
         )
+    return dataclasses.replace(params, structured_outputs=forced.spec)
 
 
 def _check_completion_options(req: CompletionRequest) -> None:

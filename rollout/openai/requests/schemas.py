@@ -6,8 +6,8 @@ would otherwise be silently dropped. Types are strict, as OpenAI checks them: `m
 integer is still a number). `seed` fits a signed 64-bit integer, as OpenAI's and vLLM's (gRPC's is an
 int64 too), and is not negative (SamplingParams' rule); a `logit_bias` value lies in [-100, 100]
 (OpenAI refuses the rest; vLLM clamps them silently). Fields OpenAI defines that change nothing here
-(`user`, `metadata`, `store`, `parallel_tool_calls`) are accepted; vLLM's sampling extensions arrive
-at the top level (the `openai` client sends `extra_body` there). The token-in field `prompt_token_ids`
+(`user`, `metadata`, `store`) are accepted (`parallel_tool_calls` counts with a forced `tool_choice`,
+tools/forced_calls.py); vLLM's sampling extensions arrive at the top level (the `openai` client sends `extra_body` there). The token-in field `prompt_token_ids`
 is ours. Messages and tools are checked as OpenAI does in message_schema.py.
 """
 
