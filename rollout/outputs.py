@@ -37,6 +37,10 @@ class CompletionOutput:
     # for EOS or any other finish), and the sum of the returned logprobs (None without logprobs).
     stop_reason: int | str | None = None
     cumulative_logprob: float | None = None
+    # The logprobs mode the request ran with (vLLM's names: "processed_logprobs", "raw_logprobs", "raw_logits",
+    # "processed_logits"): what logprobs, top_logprobs and cumulative_logprob hold. None: not known (from a
+    # server that predates it).
+    logprobs_mode: str | None = None
 
 
 @dataclass(slots=True)
@@ -56,6 +60,11 @@ class RequestOutput:
     # With SamplingParams(prompt_logprobs=k): one entry per prompt token, the first None, each the
     # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
+
+    @property
+    def logprobs_mode(self) -> str | None:
+        """The request's logprobs mode (its samples'): logits under "*_logits" for prompt logprobs too."""
+        return self.outputs[0].logprobs_mode if self.outputs else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,30 @@
+"""The logprobs mode over a real loopback gRPC server: the server's default (`--logprobs-mode`, reported by
+GetServerInfo) applies to requests that leave it unset, a request's own mode wins, and every sample states
+its mode; the values equal the offline engine's."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout import LLM, SamplingParams
+from tests.builders import random_prompts, tiny_model
+from tests.server.server_builders import client_for, make_engine, serving
+
+SETTINGS = dict(n=2, max_tokens=5, temperature=0.8, top_k=6, seed=2, logprobs=2, prompt_logprobs=1)
+
+
+@pytest.mark.parametrize("request_mode", [None, "processed_logits", "raw_logprobs"])
+def test_the_server_default_and_a_request_mode_reach_the_samples(request_mode: str | None) -> None:
+    prompts = random_prompts(2, 4, 9, seed=3)
+    params = SamplingParams(**SETTINGS, logprobs_mode=request_mode)
+    mode = request_mode or "raw_logits"
+    offline = LLM(model=tiny_model("llama", 0), num_blocks=256, max_num_seqs=64, logprobs_mode="raw_logits")
+    expected = offline.generate(prompts, params)
+    with serving(make_engine(logprobs_mode="raw_logits")) as server, client_for(server) as client:
+        assert client.server_info().default_logprobs_mode == "raw_logits"
+        got = client.generate(prompts, params)
+    for g, e in zip(got, expected, strict=True):
+        assert g.logprobs_mode == mode and g.prompt_logprobs == pytest.approx(e.prompt_logprobs, abs=1e-5)
+        for gs, es in zip(g.outputs, e.outputs, strict=True):
+            assert gs.logprobs_mode == es.logprobs_mode == mode and gs.token_ids == es.token_ids
+            assert gs.logprobs == pytest.approx(es.logprobs, abs=1e-5)
