@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.chat_template_options import ChatTemplateOptions
 from rollout.config import EngineConfig
+from rollout.detokenize.logprob_tokens import with_decoded_tokens
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
@@ -162,7 +163,7 @@ class LLM:
             request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
             for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
                 self.engine.add_request(request_id, ids, per_prompt[i], texts[i])
-            return self._run(request_ids, use_tqdm)
+            return with_decoded_tokens(self._run(request_ids, use_tqdm), per_prompt, self.tokenizer)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}

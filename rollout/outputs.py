@@ -20,6 +20,8 @@ class CompletionOutput:
 
     index: int
     token_ids: list[int]
+    # Per token: the sampled token's value, a float that is also vLLM's Logprob (.logprob, .rank, .decoded_token;
+    # rollout/logprobs.py) when the engine made it (a plain float from a server that predates ranks).
     logprobs: list[float] | None
     # Per token with logprobs=k > 0: the top k (rank order), plus the sampled token when it is not among them.
     top_logprobs: list[dict[int, float]] | None
@@ -41,6 +43,18 @@ class CompletionOutput:
     # "processed_logits"): what logprobs, top_logprobs and cumulative_logprob hold. None: not known (from a
     # server that predates it).
     logprobs_mode: str | None = None
+
+    @property
+    def vllm_logprobs(self) -> list[dict[int, float]] | None:
+        """vLLM's `CompletionOutput.logprobs`: per token `{token_id: Logprob}`, the sampled token first, then
+        the top k (k or k + 1 entries); `vllm_logprobs[i][token].logprob / .rank / .decoded_token`."""
+        if self.logprobs is None:
+            return None
+        tops = self.top_logprobs or [{}] * len(self.logprobs)
+        return [
+            {token: logprob, **top}
+            for token, logprob, top in zip(self.token_ids, self.logprobs, tops, strict=True)
+        ]
 
 
 @dataclass(slots=True)

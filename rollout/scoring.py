@@ -48,7 +48,8 @@ def score_params(top_logprobs: int | None) -> SamplingParams:
         temperature=0.0,
         ignore_eos=True,
         prompt_logprobs=top_logprobs or 0,
-        logprobs_mode="raw",  # logprobs whatever the engine's default mode (logits modes included)
+        logprobs_mode="raw_logprobs",  # logprobs whatever the engine's default mode (logits modes included)
+        detokenize=False,  # the one sampled token is thrown away; no decoded_token on the entries
     )
 
 

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.logprob_wire import (
+    entries_from_proto,
+    entry_to_proto,
+    logprobs_from_proto,
+    ranks_to_proto,
+)
 from rollout.protocol.processors_wire import processors_from_proto, processors_to_proto
 from rollout.protocol.score_wire import prompt_logprobs_to_proto
 from rollout.protocol.structured_wire import structured_from_proto, structured_to_proto
@@ -122,6 +128,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         kept_log_mass=sample.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
         logprobs_mode=mode_to_proto(sample.logprobs_mode),
+        logprob_ranks=ranks_to_proto(sample.logprobs),
     )
     message.top_logprobs.extend(_top_logprobs_to_proto(sample.top_logprobs))
     if sample.text is not None:
@@ -140,7 +147,7 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
     return CompletionOutput(
         index=message.index,
         token_ids=list(message.token_ids),
-        logprobs=list(message.logprobs) if logprobs else None,
+        logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks) if logprobs else None,
         top_logprobs=_top_logprobs_from_proto(message.top_logprobs) if top_logprobs else None,
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
@@ -183,6 +190,7 @@ def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
         kv_versions=spans_to_proto(partial.kv_versions),
         kept_log_mass=partial.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in partial.kept_token_ids or []],
+        logprob_ranks=ranks_to_proto(partial.logprobs),
     )
     message.top_logprobs.extend(_top_logprobs_to_proto(partial.top_logprobs))
     return message
@@ -194,7 +202,9 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
     return PartialSample(
         index=message.index,
         token_ids=list(message.token_ids),
-        logprobs=list(message.logprobs) if message.logprobs or not has_tokens else None,
+        logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks)
+        if message.logprobs or not has_tokens
+        else None,
         top_logprobs=_top_logprobs_from_proto(message.top_logprobs)
         if message.top_logprobs or not has_tokens
         else None,
@@ -208,14 +218,11 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
 
 
 def _top_logprobs_to_proto(positions: list[dict[int, float]] | None) -> list[pb.TopLogprobs]:
-    return [
-        pb.TopLogprobs(entries=[pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()])
-        for position in positions or []
-    ]
+    return [entry_to_proto(position) for position in positions or []]
 
 
 def _top_logprobs_from_proto(messages) -> list[dict[int, float]]:
-    return [{e.token_id: e.logprob for e in p.entries} for p in messages]
+    return entries_from_proto(messages)
 
 
 def spans_to_proto(spans: list[tuple[int, int]]) -> list[pb.VersionSpan]:

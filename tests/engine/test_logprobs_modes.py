@@ -136,3 +136,25 @@ def test_an_unknown_mode_is_refused_naming_the_field(bad: object) -> None:
         SamplingParams(logprobs_mode=bad)
     with pytest.raises(ValueError, match="^logprobs_mode must be one of"):
         EngineConfig(logprobs_mode=bad)
+
+
+@pytest.mark.parametrize("mode", ["raw_logprobs", "processed_logits"])
+def test_ranks_are_vllms_in_the_distribution_the_mode_names(llm: LLM, mode: str) -> None:
+    prompts = random_prompts(2, 5, 9, seed=11)
+    reference = reference_copy(llm.engine.model)
+    for prompt, out in zip(
+        prompts, llm.generate(prompts, SamplingParams(**SETTINGS, logprobs_mode=mode)), strict=True
+    ):
+        for sample in out.outputs:
+            logits = teacher_forced_logits(reference, prompt, list(sample.token_ids))
+            for t, token in enumerate(sample.token_ids):
+                expected = expected_values(logits[t], t, mode)
+                top3 = expected.topk(3).indices.tolist()
+                rank = top3.index(token) + 1 if token in top3 else int((expected >= expected[token]).sum())
+                assert sample.logprobs[t].rank == rank
+                assert [sample.top_logprobs[t][tok].rank for tok in top3] == [1, 2, 3]
+                vllm = sample.vllm_logprobs[
+                    t
+                ]  # vLLM's per-position dict: the sampled token first, then the top k
+                assert list(vllm)[0] == token and set(vllm) == {token, *top3}
+                assert vllm[token].logprob == sample.logprobs[t] and vllm[token].rank == rank

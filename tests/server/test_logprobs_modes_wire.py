@@ -1,6 +1,6 @@
 """The logprobs mode over a real loopback gRPC server: the server's default (`--logprobs-mode`, reported by
 GetServerInfo) applies to requests that leave it unset, a request's own mode wins, and every sample states
-its mode; the values equal the offline engine's."""
+its mode; the values and their vLLM ranks equal the offline engine's."""
 
 from __future__ import annotations
 
@@ -28,3 +28,11 @@ def test_the_server_default_and_a_request_mode_reach_the_samples(request_mode: s
         for gs, es in zip(g.outputs, e.outputs, strict=True):
             assert gs.logprobs_mode == es.logprobs_mode == mode and gs.token_ids == es.token_ids
             assert gs.logprobs == pytest.approx(es.logprobs, abs=1e-5)
+            assert [v.rank for v in gs.logprobs] == [v.rank for v in es.logprobs]  # vLLM's ranks travel too
+            assert [{t: v.rank for t, v in top.items()} for top in gs.top_logprobs] == [
+                {t: v.rank for t, v in top.items()} for top in es.top_logprobs
+            ]
+            assert gs.vllm_logprobs[0][gs.token_ids[0]].rank == es.logprobs[0].rank
+        assert [{t: v.rank for t, v in entry.items()} for entry in g.prompt_logprobs[1:]] == [
+            {t: v.rank for t, v in entry.items()} for entry in e.prompt_logprobs[1:]
+        ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from rollout.engine.requests.request import Request, Sequence
+from rollout.logprobs import Logprob
 from rollout.ops.host_to_device import to_device
 from rollout.sampling_params.logprobs_modes import is_logits
 
@@ -41,13 +42,19 @@ def collect(request: Request, logits: torch.Tensor, positions: range) -> None:
         else torch.log_softmax(logits.float(), -1)
     )
     targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
-    chosen = logprobs.gather(1, to_device(targets, torch.int64, logprobs.device)[:, None])[:, 0].tolist()
+    chosen = logprobs.gather(1, to_device(targets, torch.int64, logprobs.device)[:, None])
+    # vLLM's rank: the number of tokens valued >= the prompt token's (its top-k rank when among them)
+    ranks = [int(r) for r in torch.ge(logprobs, chosen, out=torch.empty_like(logprobs)).sum(dim=-1).tolist()]
     k = request.params.prompt_logprobs
     top = logprobs.topk(k) if k else None
     top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
-    for i, (token, value) in enumerate(zip(targets, chosen, strict=True)):
-        entry = dict(zip(top_ids[i], top_values[i], strict=True)) if k else {}
-        entry.setdefault(token, value)  # the prompt token, plus the top k (k or k + 1 entries, as vLLM)
+    for i, (token, value) in enumerate(zip(targets, chosen[:, 0].tolist(), strict=True)):
+        best = list(zip(top_ids[i], top_values[i], strict=True)) if k else []
+        rank = next((j + 1 for j, (tok, _) in enumerate(best) if tok == token), ranks[i])
+        entry = {tok: Logprob(v, j + 1) for j, (tok, v) in enumerate(best)}
+        entry.setdefault(
+            token, Logprob(value, rank)
+        )  # the top k, plus the prompt token (k or k + 1, as vLLM)
         request.prompt_logprobs.append(entry)
 
 

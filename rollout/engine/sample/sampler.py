@@ -38,6 +38,7 @@ from rollout.engine.sample.step_processors import StepProcessors, step_processor
 from rollout.engine.sample.temperature import temperature_scaled
 from rollout.engine.sample.truncation import truncate
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
+from rollout.logprobs import Logprob
 from rollout.ops.host_to_device import to_device
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
@@ -103,7 +104,9 @@ class Sampler:
         logits = truncate(scaled, rows, self._workspace)
         processed = self._log_softmax(logits, "processed")
         token_ids = self._draw(processed, rows)
-        out = _gather_logprobs(self._logprob_source(processed, logits, raw, rows), token_ids, rows)
+        out = _gather_logprobs(
+            self._logprob_source(processed, logits, raw, rows), token_ids, rows, self._workspace
+        )
         out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs, self._workspace)
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         out.empty_rows = empty_row_indices(empty)
@@ -192,22 +195,34 @@ def _rows_in(modes: list[str | None], wanted: str | tuple[str, ...], like: torch
     return to_device([mode in wanted for mode in modes], torch.bool, like.device)[:, None]
 
 
-def _gather_logprobs(source: torch.Tensor, token_ids: torch.Tensor, rows: list[SampleRow]) -> SamplerOutput:
-    """Batched gathers first, then a fixed number of device-to-host copies, whatever the batch size."""
+def _gather_logprobs(
+    source: torch.Tensor, token_ids: torch.Tensor, rows: list[SampleRow], workspace: Workspace
+) -> SamplerOutput:
+    """Batched gathers first, then a fixed number of device-to-host copies, whatever the batch size.
+
+    Values are Logprobs with vLLM's ranks (rollout/logprobs.py): the top k ranked 1..k in order, the sampled
+    token its top-k rank when among them, else the number of tokens whose value is >= its own."""
     wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
     logprobs: list[float | None] = [None] * len(rows)
     tops: list[dict[int, float] | None] = [None] * len(rows)
     if not wanted:
         return SamplerOutput(token_ids.tolist(), logprobs, tops)
-    chosen = source.gather(1, token_ids[:, None])[:, 0]
+    chosen = source.gather(1, token_ids[:, None])
+    # counted as fp32 0/1 (exact below 2^24 tokens): a bool sum runs ~3x slower on a CPU
+    at_least = workspace.get("rank", tuple(source.shape), source.dtype, source.device)
+    ranks = [int(r) for r in torch.ge(source, chosen, out=at_least).sum(dim=-1).tolist()]
     max_k = max(rows[i].params.logprobs for i in wanted)
     top = source.topk(max_k) if max_k else None
-    ids, values = token_ids.tolist(), chosen.tolist()
+    ids, values = token_ids.tolist(), chosen[:, 0].tolist()
     top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
     for i in wanted:
-        logprobs[i] = values[i]
         k = rows[i].params.logprobs
+        best = top_ids[i][:k] if k else []
+        rank = best.index(ids[i]) + 1 if ids[i] in best else ranks[i]
+        logprobs[i] = Logprob(values[i], rank)
         if k:  # as vLLM: the top k, plus the sampled token when it is not among them (k + 1 entries)
-            tops[i] = dict(zip(top_ids[i][:k], top_values[i][:k], strict=True))
-            tops[i].setdefault(ids[i], values[i])
+            tops[i] = {
+                t: Logprob(v, j + 1) for j, (t, v) in enumerate(zip(best, top_values[i][:k], strict=True))
+            }
+            tops[i].setdefault(ids[i], logprobs[i])
     return SamplerOutput(ids, logprobs, tops)
