@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 
 from rollout import LLM, SamplingParams
+from rollout.logprobs import Logprob
+from rollout.outputs import CompletionOutput, PartialSample
+from rollout.protocol import convert
 from tests.builders import random_prompts, tiny_model
 from tests.server.server_builders import client_for, make_engine, serving
 
@@ -36,3 +39,26 @@ def test_the_server_default_and_a_request_mode_reach_the_samples(request_mode: s
         assert [{t: v.rank for t, v in entry.items()} for entry in g.prompt_logprobs[1:]] == [
             {t: v.rank for t, v in entry.items()} for entry in e.prompt_logprobs[1:]
         ]
+
+
+def test_ranks_round_trip_and_a_server_without_them_reads_as_rank_none() -> None:
+    values = [Logprob(-0.5, 1), Logprob(-2.0, 9)]
+    tops = [{5: Logprob(-0.5, 1)}, {6: Logprob(-0.25, 1), 7: Logprob(-2.0, 9)}]
+    sample = CompletionOutput(0, [5, 7], values, tops, "length", 0, logprobs_mode="raw_logits")
+    back = convert.sample_from_proto(convert.sample_to_proto(sample), True, True)
+    assert [(v, v.rank) for v in back.logprobs] == [
+        (-0.5, 1),
+        (-2.0, 9),
+    ] and back.logprobs_mode == "raw_logits"
+    assert [{t: v.rank for t, v in top.items()} for top in back.top_logprobs] == [{5: 1}, {6: 1, 7: 9}]
+    partial = convert.partial_from_proto(convert.partial_to_proto(PartialSample.of(sample)))
+    assert [v.rank for v in partial.logprobs] == [1, 9]
+    old = convert.sample_to_proto(sample)
+    del old.logprob_ranks[:]
+    for entry in old.top_logprobs:
+        for item in entry.entries:
+            item.ClearField("rank")
+    old.ClearField("logprobs_mode")
+    legacy = convert.sample_from_proto(old, True, True)
+    assert [v.rank for v in legacy.logprobs] == [None, None] and legacy.logprobs == [-0.5, -2.0]
+    assert legacy.top_logprobs[1][7].rank is None and legacy.logprobs_mode is None
