@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rollout.sampling_params.logprobs_modes import DEFAULT_LOGPROBS_MODE, canonical_mode
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -36,12 +38,17 @@ class EngineConfig:
     self_check_updates: bool = False
     # Ranks the model is sharded over (rollout/distributed/): one process per device, rank 0 schedules.
     tensor_parallel_size: int = 1
+    # What logprobs carry for requests that leave SamplingParams.logprobs_mode unset (vLLM's `LLM(logprobs_mode=)`,
+    # `--logprobs-mode`): "processed_logprobs" (default; vLLM's is "raw_logprobs"), "raw_logprobs", "raw_logits",
+    # "processed_logits" (rollout/sampling_params/logprobs_modes.py).
+    logprobs_mode: str = DEFAULT_LOGPROBS_MODE
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("tensor_parallel_size", self.tensor_parallel_size)
+        object.__setattr__(self, "logprobs_mode", canonical_mode(self.logprobs_mode))
         if self.num_blocks is not None:
             _positive("num_blocks", self.num_blocks)
         if self.max_state_snapshots is not None and (

@@ -14,6 +14,7 @@ import time
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model import model_loader
+from rollout.model_path import check_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ def load_engine(
     tokenizer: model_loader.TokenizerArg = None,
 ) -> LLMEngine:
     """An engine over the model at `model` (a path or hub id), on one device or `tensor_parallel_size` ranks."""
+    check_model_path(model)
     config = config or EngineConfig()
     if config.tensor_parallel_size > 1:  # rank 0 of N: rollout/distributed/
         from rollout.distributed.launch import start_driver

@@ -18,11 +18,14 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rollout.chat_template_options import ChatTemplateOptions
 from rollout.config import EngineConfig
+from rollout.detokenize.logprob_tokens import with_decoded_tokens
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
 from rollout.outputs import RequestOutput
+from rollout.prompt_inputs import PromptInput, PromptType, check_lora_request, parse_prompts
 from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
@@ -31,7 +34,6 @@ from rollout.scoring import ScoreOutput, check_sequences, score_output, score_pa
 from rollout.weights.lora import LoraTargets
 from rollout.weights.lora_export import update_source
 
-Prompt = str | list[int]
 Params = SamplingParams | Sequence[SamplingParams] | None
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
@@ -72,26 +74,31 @@ class LLM:
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
         return self.engine.tokenizer
 
+    def get_tokenizer(self) -> PreTrainedTokenizerBase | None:
+        """vLLM's name for `tokenizer` (None: the model serves token ids only)."""
+        return self.engine.tokenizer
+
     def generate(
         self,
-        prompts: Prompt | Sequence[Prompt],
+        prompts: PromptType | Sequence[PromptType],
         params: Params = None,
         use_tqdm: bool = False,
         *,
         sampling_params: Params = None,
+        lora_request: object = None,
     ) -> list[RequestOutput]:
         """Generates every prompt's n samples; returns them in prompt order, samples in index order.
 
+        `prompts`: strings, token-id lists, or vLLM's TextPrompt / TokensPrompt dicts (prompt_inputs.py).
         `params` (or vLLM's name, `sampling_params`) is one SamplingParams for every prompt, or one
         per prompt. A text prompt is tokenized with the tokenizer's special tokens, but never gets a
         second BOS when it already starts with one (a chat template rendered to text).
         """
         params = params_or_sampling_params(params, sampling_params)
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        token_prompts = self._tokenize(prompts)
-        texts = [p if isinstance(p, str) else None for p in prompts]
-        return self._generate_ids(token_prompts, params, texts, use_tqdm)
+        check_lora_request(lora_request)
+        inputs = parse_prompts(prompts)
+        token_prompts = self._tokenize(inputs)
+        return self._generate_ids(token_prompts, params, [p.text for p in inputs], use_tqdm)
 
     def chat(
         self,
@@ -101,25 +108,35 @@ class LLM:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         sampling_params: Params = None,
+        lora_request: object = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """vLLM's `LLM.chat`: one conversation or a list of them, rendered with the tokenizer's chat
-        template (generation prompt appended, `tools` passed to it), then generated.
+        template (or `chat_template`; generation prompt appended unless `add_generation_prompt=False`,
+        `continue_final_message`, `chat_template_kwargs` and `tools` passed to it), then generated.
 
         Each message goes to the template whole, as JSON (tool calls, tool results, `name`, content
         parts, reasoning content); a value that is not JSON is refused naming its field. The prompt
         ids equal the tokenizer's own `apply_chat_template`, and `.prompt` is the rendered text.
         """
         params = params_or_sampling_params(params, sampling_params)
+        check_lora_request(lora_request)
+        options = ChatTemplateOptions(
+            chat_template, add_generation_prompt, continue_final_message, chat_template_kwargs
+        )
         single = is_conversation(messages)
         conversations = [messages] if single else messages
         if not isinstance(conversations, (list, tuple)) or not conversations:
             raise ValueError("messages: must be a conversation (a list of messages) or a list of them")
-        listed = tools_json(tools)
+        listed = tools_json(options.tools(tools))
         max_chars = self.max_prompt_chars if self.tokenizer is not None else None
         token_prompts, texts = [], []
         for i, conversation in enumerate(conversations):
             turns = conversation_json(conversation, "messages" if single else f"messages[{i}]")
-            ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed)
+            ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed, options.template_kwargs())
             token_prompts.append(ids)
             texts.append(text)
         return self._generate_ids(token_prompts, params, texts, use_tqdm)
@@ -146,7 +163,7 @@ class LLM:
             request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
             for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
                 self.engine.add_request(request_id, ids, per_prompt[i], texts[i])
-            return self._run(request_ids, use_tqdm)
+            return with_decoded_tokens(self._run(request_ids, use_tqdm), per_prompt, self.tokenizer)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
@@ -165,25 +182,15 @@ class LLM:
             result.outputs.sort(key=lambda c: c.index)
         return [results[r] for r in request_ids]
 
-    def _tokenize(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        if not isinstance(prompts, (list, tuple)):
-            raise ValueError(
-                f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}"
-            )
-        if prompts and all(isinstance(p, int) for p in prompts):
-            raise ValueError("prompts must be a list of prompts; wrap a single token-id prompt as [[...]]")
+    def _tokenize(self, inputs: list[PromptInput]) -> list[list[int]]:
         out = []
-        for i, prompt in enumerate(prompts):
-            if isinstance(prompt, str):
-                if self.tokenizer is None:
-                    raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
-                out.append(tokenize_text(self.tokenizer, prompt, self.max_prompt_chars, f"prompts[{i}]"))
-            elif isinstance(prompt, (list, tuple)):
-                out.append(list(prompt))
+        for i, prompt in enumerate(inputs):
+            if prompt.token_ids is not None:
+                out.append(prompt.token_ids)
+            elif self.tokenizer is None:
+                raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
             else:
-                raise ValueError(
-                    f"prompts[{i}] must be a string or a list of token ids, got {type(prompt).__name__}"
-                )
+                out.append(tokenize_text(self.tokenizer, prompt.text, self.max_prompt_chars, f"prompts[{i}]"))
         return out
 
     def resume_aborted(

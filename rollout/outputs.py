@@ -20,6 +20,8 @@ class CompletionOutput:
 
     index: int
     token_ids: list[int]
+    # Per token: the sampled token's value, a float that is also vLLM's Logprob (.logprob, .rank, .decoded_token;
+    # rollout/logprobs.py) when the engine made it (a plain float from a server that predates ranks).
     logprobs: list[float] | None
     # Per token with logprobs=k > 0: the top k (rank order), plus the sampled token when it is not among them.
     top_logprobs: list[dict[int, float]] | None
@@ -37,6 +39,22 @@ class CompletionOutput:
     # for EOS or any other finish), and the sum of the returned logprobs (None without logprobs).
     stop_reason: int | str | None = None
     cumulative_logprob: float | None = None
+    # The logprobs mode the request ran with (vLLM's names: "processed_logprobs", "raw_logprobs", "raw_logits",
+    # "processed_logits"): what logprobs, top_logprobs and cumulative_logprob hold. None: not known (from a
+    # server that predates it).
+    logprobs_mode: str | None = None
+
+    @property
+    def vllm_logprobs(self) -> list[dict[int, float]] | None:
+        """vLLM's `CompletionOutput.logprobs`: per token `{token_id: Logprob}`, the sampled token first, then
+        the top k (k or k + 1 entries); `vllm_logprobs[i][token].logprob / .rank / .decoded_token`."""
+        if self.logprobs is None:
+            return None
+        tops = self.top_logprobs or [{}] * len(self.logprobs)
+        return [
+            {token: logprob, **top}
+            for token, logprob, top in zip(self.token_ids, self.logprobs, tops, strict=True)
+        ]
 
 
 @dataclass(slots=True)
@@ -56,6 +74,11 @@ class RequestOutput:
     # With SamplingParams(prompt_logprobs=k): one entry per prompt token, the first None, each the
     # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
+
+    @property
+    def logprobs_mode(self) -> str | None:
+        """The request's logprobs mode (its samples'): logits under "*_logits" for prompt logprobs too."""
+        return self.outputs[0].logprobs_mode if self.outputs else None
 
 
 @dataclass(frozen=True, slots=True)

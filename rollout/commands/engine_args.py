@@ -19,11 +19,14 @@ _RENAMED = {"seed": "engine-seed"}  # --seed is the sampling seed
 _TYPES = {"int": int, "int | None": int, "float": float, "float | None": float, "str": str}
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
+def add_engine_args(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """`skip`: EngineConfig fields a command sets otherwise (generate's per-request --logprobs-mode)."""
     group = parser.add_argument_group("model and engine")
     group.add_argument("--model", help="HF model id or path (default: the embedded default model)")
     group.add_argument("--tokenizer", help="tokenizer id or path (default: the model's)")
     for f in dataclasses.fields(EngineConfig):
+        if f.name in skip:
+            continue
         flag = "--" + _RENAMED.get(f.name, f.name.replace("_", "-"))
         kwargs = dict(
             dest=f"engine_{f.name}", default=None, help=f"EngineConfig.{f.name} (default {f.default})"
@@ -35,7 +38,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    values = {f.name: getattr(args, f"engine_{f.name}") for f in dataclasses.fields(EngineConfig)}
+    values = {f.name: getattr(args, f"engine_{f.name}", None) for f in dataclasses.fields(EngineConfig)}
     try:
         return EngineConfig(**{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
@@ -47,7 +50,7 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
     """The model and engine flags on the command line (they mean nothing to a remote server)."""
     given = [flag for flag in ("model", "tokenizer") if getattr(args, flag) is not None]
     for f in dataclasses.fields(EngineConfig):
-        if getattr(args, f"engine_{f.name}") is not None:
+        if getattr(args, f"engine_{f.name}", None) is not None:
             given.append(_RENAMED.get(f.name, f.name.replace("_", "-")))
     return [f"--{name.replace('_', '-')}" for name in given]
 

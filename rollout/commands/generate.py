@@ -26,6 +26,7 @@ from rollout.commands.usage import UsageError, flag_error
 from rollout.config import EngineConfig
 from rollout.outputs import RequestOutput
 from rollout.sampling_params import SamplingParams
+from rollout.sampling_params.logprobs_modes import LOGPROBS_MODE_ALIASES, LOGPROBS_MODES
 
 logger = logging.getLogger(__name__)
 Backend = Callable[[list[Any], SamplingParams], list[RequestOutput]]
@@ -57,8 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--frequency-penalty", type=float, help="subtracted once per earlier occurrence of a token")
     flag("--ignore-eos", action="store_true", help="keep generating past EOS")
     flag("--logprobs", type=int, help="0: the sampled token's logprob; k: plus the top k")
-    flag("--logprobs-mode", choices=("processed", "raw"), help="after temperature and filters, or raw")
-    add_engine_args(parser)
+    flag(
+        "--logprobs-mode",
+        choices=(*LOGPROBS_MODES, *LOGPROBS_MODE_ALIASES),
+        help="processed_logprobs: after penalties, temperature and filters; raw_logprobs: the model's; *_logits: "
+        "the values before the log-softmax ('processed' / 'raw': the *_logprobs ones); none: the engine's",
+    )
+    add_engine_args(parser, skip=("logprobs_mode",))
     parser.set_defaults(run=run)
 
 

@@ -102,6 +102,7 @@ def output_record(item: PromptLine, output: RequestOutput) -> dict[str, Any]:
             "finish_reason": s.finish_reason,
             "stop_reason": s.stop_reason,
             "cumulative_logprob": s.cumulative_logprob,
+            "logprobs_mode": s.logprobs_mode if s.logprobs is not None else None,
             "weight_version": s.weight_version,
         }
         for s in output.outputs

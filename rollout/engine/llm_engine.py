@@ -23,10 +23,10 @@ from rollout.engine.output.completion import completion_output, request_output
 from rollout.engine.output.stop_checks import StopStrings, cut_at_stop_string, finish_reason
 from rollout.engine.output.token_record import append_sampled
 from rollout.engine.output.token_stream import StreamedTokens
+from rollout.engine.requests.admitted_params import admitted_params
 from rollout.engine.requests.request import Request, Sequence
 from rollout.engine.requests.validation import RequestLimits, check_request
 from rollout.engine.runner import Runner, RunnerFactory, single_device
-from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.engine.sample.empty_rows import log_no_token
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
@@ -124,7 +124,7 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
-        params = with_bad_words_tokenized(params, self.tokenizer)  # the server's RPC threads did it already
+        params = admitted_params(params, self.tokenizer, self.config.logprobs_mode)
         arrival, version = next(self._arrivals), self.weights.version
         request = Request(request_id, list(prompt_token_ids), params, arrival, version, prompt, stream=stream)
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 from rollout.outputs import CompletionOutput, PartialSample, RequestOutput
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.logprob_wire import (
+    entries_from_proto,
+    entry_to_proto,
+    logprobs_from_proto,
+    ranks_to_proto,
+)
 from rollout.protocol.processors_wire import processors_from_proto, processors_to_proto
 from rollout.protocol.score_wire import prompt_logprobs_to_proto
 from rollout.protocol.structured_wire import structured_from_proto, structured_to_proto
@@ -21,7 +27,12 @@ _FINISH_TO_PB = {
     "abort": pb.FINISH_REASON_ABORT,
 }
 _FINISH_FROM_PB = {v: k for k, v in _FINISH_TO_PB.items()}
-_MODE_TO_PB = {"processed": pb.LOGPROBS_MODE_PROCESSED, "raw": pb.LOGPROBS_MODE_RAW}
+_MODE_TO_PB = {
+    "processed_logprobs": pb.LOGPROBS_MODE_PROCESSED,
+    "raw_logprobs": pb.LOGPROBS_MODE_RAW,
+    "raw_logits": pb.LOGPROBS_MODE_RAW_LOGITS,
+    "processed_logits": pb.LOGPROBS_MODE_PROCESSED_LOGITS,
+}
 _MODE_FROM_PB = {v: k for k, v in _MODE_TO_PB.items()}
 _OPTIONAL_FIELDS = (
     "n",
@@ -65,13 +76,14 @@ class ServerInfo:
     prefix_caching: bool = False  # False from a server that predates it
     state_bytes_per_seq: int = 0  # hybrid models: one sequence's recurrent states (docs/hybrid_models.md)
     max_state_snapshots: int = 0  # hybrid models: the state snapshot cap in effect
+    default_logprobs_mode: str | None = None  # --logprobs-mode; None from a server that predates it
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
     message = pb.SamplingParams(
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=params.ignore_eos,
-        logprobs_mode=_MODE_TO_PB[params.logprobs_mode],
+        logprobs_mode=mode_to_proto(params.logprobs_mode),
         return_kept_tokens=params.return_kept_tokens,
         stop=list(params.stop),
         include_stop_str_in_output=params.include_stop_str_in_output,
@@ -91,7 +103,7 @@ def params_from_proto(message: pb.SamplingParams) -> SamplingParams:
     if message.logprobs_mode != pb.LOGPROBS_MODE_UNSPECIFIED:
         if message.logprobs_mode not in _MODE_FROM_PB:
             raise ValueError(f"logprobs_mode: unknown value {message.logprobs_mode}")
-        kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]
+        kwargs["logprobs_mode"] = _MODE_FROM_PB[message.logprobs_mode]  # else the server's default
     kwargs.update(processors_from_proto(message))
     kwargs.update(structured_from_proto(message))
     return SamplingParams(
@@ -115,6 +127,8 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         kv_versions=spans_to_proto(sample.kv_versions),
         kept_log_mass=sample.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
+        logprobs_mode=mode_to_proto(sample.logprobs_mode),
+        logprob_ranks=ranks_to_proto(sample.logprobs),
     )
     message.top_logprobs.extend(_top_logprobs_to_proto(sample.top_logprobs))
     if sample.text is not None:
@@ -133,7 +147,7 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
     return CompletionOutput(
         index=message.index,
         token_ids=list(message.token_ids),
-        logprobs=list(message.logprobs) if logprobs else None,
+        logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks) if logprobs else None,
         top_logprobs=_top_logprobs_from_proto(message.top_logprobs) if top_logprobs else None,
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,
@@ -145,7 +159,13 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
         kept_token_ids=[list(t.ids) for t in message.kept_token_ids] if message.kept_token_ids else None,
         stop_reason=_stop_reason_from_proto(message),
         cumulative_logprob=message.cumulative_logprob if message.HasField("cumulative_logprob") else None,
+        logprobs_mode=_MODE_FROM_PB.get(message.logprobs_mode),
     )
+
+
+def mode_to_proto(mode: str | None) -> int:
+    """None (the server's default) travels as UNSPECIFIED."""
+    return pb.LOGPROBS_MODE_UNSPECIFIED if mode is None else _MODE_TO_PB[mode]
 
 
 def _stop_reason_from_proto(message: pb.Sample) -> int | str | None:
@@ -170,6 +190,7 @@ def partial_to_proto(partial: PartialSample) -> pb.PartialSample:
         kv_versions=spans_to_proto(partial.kv_versions),
         kept_log_mass=partial.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in partial.kept_token_ids or []],
+        logprob_ranks=ranks_to_proto(partial.logprobs),
     )
     message.top_logprobs.extend(_top_logprobs_to_proto(partial.top_logprobs))
     return message
@@ -181,7 +202,9 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
     return PartialSample(
         index=message.index,
         token_ids=list(message.token_ids),
-        logprobs=list(message.logprobs) if message.logprobs or not has_tokens else None,
+        logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks)
+        if message.logprobs or not has_tokens
+        else None,
         top_logprobs=_top_logprobs_from_proto(message.top_logprobs)
         if message.top_logprobs or not has_tokens
         else None,
@@ -195,14 +218,11 @@ def partial_from_proto(message: pb.PartialSample) -> PartialSample:
 
 
 def _top_logprobs_to_proto(positions: list[dict[int, float]] | None) -> list[pb.TopLogprobs]:
-    return [
-        pb.TopLogprobs(entries=[pb.TopLogprob(token_id=t, logprob=lp) for t, lp in position.items()])
-        for position in positions or []
-    ]
+    return [entry_to_proto(position) for position in positions or []]
 
 
 def _top_logprobs_from_proto(messages) -> list[dict[int, float]]:
-    return [{e.token_id: e.logprob for e in p.entries} for p in messages]
+    return entries_from_proto(messages)
 
 
 def spans_to_proto(spans: list[tuple[int, int]]) -> list[pb.VersionSpan]:
@@ -246,6 +266,7 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         prefix_caching=message.prefix_caching,
         state_bytes_per_seq=message.state_bytes_per_seq,
         max_state_snapshots=message.max_state_snapshots,
+        default_logprobs_mode=_MODE_FROM_PB.get(message.default_logprobs_mode),
     )
 
 

@@ -69,16 +69,20 @@ def render_chat(
     max_chars: int | None = None,
     tools: list | None = None,
     add_generation_prompt: bool = True,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """The chat template applied to `messages` (and `tools`), ending with the assistant's generation prompt
-    (unless `add_generation_prompt` is False).
+    (unless `add_generation_prompt` is False). `template_kwargs`: more of `apply_chat_template`'s keywords
+    (rollout/chat_template_options.py: `chat_template`, `continue_final_message`, template variables).
 
     Messages go to the template as they are (JSON values, see chat_messages.py): tool calls, tool
     results, names, content parts and reasoning reach it intact.
     """
     if tokenizer is None:
         raise ValueError("chat messages need a tokenizer, and the model has none; send token ids")
-    if not getattr(tokenizer, "chat_template", None):
+    extra = dict(template_kwargs or {})
+    add_generation_prompt = extra.pop("add_generation_prompt", add_generation_prompt)
+    if not (extra.get("chat_template") or getattr(tokenizer, "chat_template", None)):
         raise NoChatTemplateError(
             "messages: the tokenizer has no chat template; send plain text or token ids instead"
         )
@@ -87,7 +91,11 @@ def render_chat(
     with _TOKENIZER_LOCK:
         try:
             return tokenizer.apply_chat_template(
-                list(messages), tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+                list(messages),
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **extra,
             )
         except TemplateError as exc:  # the template's own check of the messages (raise_exception)
             raise ValueError(f"messages: the chat template refused them: {exc}") from None
@@ -98,10 +106,11 @@ def tokenize_chat(
     messages: Sequence[Mapping[str, Any]],
     max_chars: int | None = None,
     tools: list | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[list[int], str]:
     """Token ids and rendered text of a chat: the ids `tokenizer.apply_chat_template` gives, since
     the template already holds any special tokens (none are added)."""
-    text = render_chat(tokenizer, messages, max_chars, tools)
+    text = render_chat(tokenizer, messages, max_chars, tools, template_kwargs=template_kwargs)
     check_text_chars(len(text), max_chars, "messages")
     with _TOKENIZER_LOCK:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text

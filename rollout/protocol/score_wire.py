@@ -7,6 +7,7 @@ the entries after it, and the reader puts the None back.
 from __future__ import annotations
 
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.logprob_wire import entries_from_proto, entry_to_proto
 from rollout.scoring import ScoreOutput
 
 
@@ -18,7 +19,7 @@ def prompt_logprobs_from_proto(messages, asked: bool) -> list[dict[int, float] |
     """`asked`: the request set prompt_logprobs (then an empty list means a one-token prompt)."""
     if not asked:
         return None
-    return [None, *({e.token_id: e.logprob for e in m.entries} for m in messages)]
+    return [None, *entries_from_proto(messages)]
 
 
 def score_result_to_proto(result: ScoreOutput) -> pb.ScoreResult:
@@ -36,12 +37,10 @@ def score_result_from_proto(message: pb.ScoreResult, top_logprobs: bool) -> Scor
         request_id=message.request_id,
         token_ids=list(message.token_ids),
         logprobs=list(message.logprobs),
-        top_logprobs=[{e.token_id: e.logprob for e in m.entries} for m in message.top_logprobs]
-        if top_logprobs
-        else None,
+        top_logprobs=entries_from_proto(message.top_logprobs) if top_logprobs else None,
         weight_version=message.weight_version,
     )
 
 
 def _entry(entry: dict[int, float] | None) -> pb.TopLogprobs:
-    return pb.TopLogprobs(entries=[pb.TopLogprob(token_id=t, logprob=lp) for t, lp in (entry or {}).items()])
+    return entry_to_proto(entry)

@@ -7,9 +7,9 @@ from typing import Any
 
 from rollout.sampling_params.field_checks import check_finite, check_int, check_unicode
 from rollout.sampling_params.logits_settings import check_logits_settings, has_logits_processors
+from rollout.sampling_params.logprobs_modes import canonical_mode
 from rollout.structured_outputs.structured_outputs import StructuredOutputsParams, structured_outputs_from
 
-LOGPROBS_MODES = ("processed", "raw")
 # Temperatures below this sample greedily: dividing fp32 logits by them overflows or underflows.
 GREEDY_TEMPERATURE = 1e-5
 
@@ -19,9 +19,10 @@ class SamplingParams:
     """Sampling settings, vLLM-shaped.
 
     `top_k`: 0 (or -1, as in vLLM) is off. `logprobs`: None returns no logprobs, 0 the sampled token's logprob, k > 0 also the top-k
-    alternatives and, as in vLLM, the sampled token when it is not among them (k + 1 entries). `logprobs_mode`: "processed" is the log-softmax of the distribution the token
-    was drawn from (after penalties, temperature and top-k/top-p/min-p); "raw" that of the model's
-    unscaled logits (with the grammar mask under structured_outputs, as vLLM's). With temperature 0 (greedy) "processed" skips the temperature.
+    alternatives and, as in vLLM, the sampled token when it is not among them (k + 1 entries). `logprobs_mode`: vLLM's
+    "raw_logprobs" | "processed_logprobs" | "raw_logits" | "processed_logits" ("processed" and "raw" are aliases of the
+    *_logprobs ones; rollout/sampling_params/logprobs_modes.py); None: the engine's (`EngineConfig.logprobs_mode`,
+    default "processed_logprobs", the distribution the token was drawn from).
 
     Extreme values stay exact or take their limit, never NaN: a temperature below
     `GREEDY_TEMPERATURE` (1e-5, vLLM's threshold) samples greedily, as its limit does; a top_p too
@@ -40,7 +41,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     logprobs: int | None = None
-    logprobs_mode: str = "processed"
+    logprobs_mode: str | None = None
     # Versions a sample's KV may fall behind the weights before its update's in-flight policy
     # applies to it (None: the server's default; rollout/engine/versions/in_flight.py).
     max_staleness: int | None = None
@@ -110,8 +111,8 @@ class SamplingParams:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.stop and not self.detokenize:
             raise ValueError("stop: stop strings are matched on the text, so they need detokenize=True")
-        if self.logprobs_mode not in LOGPROBS_MODES:
-            raise ValueError(f"logprobs_mode must be one of {LOGPROBS_MODES}, got {self.logprobs_mode!r}")
+        if self.logprobs_mode is not None:
+            object.__setattr__(self, "logprobs_mode", canonical_mode(self.logprobs_mode))
         check_logits_settings(self)
         object.__setattr__(self, "structured_outputs", structured_outputs_from(self.structured_outputs))
 

@@ -222,6 +222,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             prefix_caching=bool(stats["prefix_caching"]),
             state_bytes_per_seq=int(stats["state_bytes_per_seq"]),
             max_state_snapshots=int(stats["max_state_snapshots"]),
+            default_logprobs_mode=convert.mode_to_proto(engine.config.logprobs_mode),
         )
 
     def ResetPrefixCache(

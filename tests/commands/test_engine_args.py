@@ -22,3 +22,14 @@ def test_max_state_snapshots_is_listed_in_the_help(command: str, capsys) -> None
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "--max-state-snapshots" in capsys.readouterr().out
+
+
+def test_serve_takes_the_engine_logprobs_mode_and_generate_a_per_request_one(capsys) -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    assert engine_config(parser.parse_args(["--logprobs-mode", "raw_logits"])).logprobs_mode == "raw_logits"
+    assert engine_config(parser.parse_args(["--logprobs-mode", "raw"])).logprobs_mode == "raw_logprobs"
+    assert engine_config(parser.parse_args([])).logprobs_mode == "processed_logprobs"
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "processed_logits" in capsys.readouterr().out  # generate's own --logprobs-mode, per request

@@ -80,10 +80,15 @@ def assert_same_outputs(
     for samples, ref_samples in zip(got, expected, strict=True):
         for sample, ref in zip(samples, ref_samples, strict=True):
             assert sample.token_ids == ref.token_ids
-            torch.testing.assert_close(sample.logprobs, ref.logprobs, atol=atol, rtol=0)
+            # Logprob is a float subclass; torch.testing looks number types up exactly, so compare as tensors
+            torch.testing.assert_close(
+                torch.tensor(sample.logprobs), torch.tensor(ref.logprobs), atol=atol, rtol=0
+            )
             for top, ref_top in zip(sample.top_logprobs or [], ref.top_logprobs or [], strict=True):
                 assert top.keys() == ref_top.keys()
-                torch.testing.assert_close(list(top.values()), list(ref_top.values()), atol=atol, rtol=0)
+                torch.testing.assert_close(
+                    torch.tensor(list(top.values())), torch.tensor(list(ref_top.values())), atol=atol, rtol=0
+                )
 
 
 def record_batches(graphs: DecodeGraphs, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:

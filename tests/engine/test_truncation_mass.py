@@ -54,7 +54,7 @@ def test_kept_log_mass_is_the_log_of_the_kept_untruncated_probability(params: Sa
         expected = math.log(probs[kept_set(probs, params)].sum().item())
         assert expected < -0.01  # the filters really cut something
         assert out.kept_log_masses[i] == pytest.approx(expected, abs=1e-5)
-        if params.logprobs_mode == "processed":
+        if params.logprobs_mode != "raw_logprobs":  # None: the default, processed_logprobs
             untruncated = math.log(probs[out.token_ids[i]].item())
             assert out.logprobs[i] + out.kept_log_masses[i] == pytest.approx(untruncated, abs=1e-5)
 

@@ -150,9 +150,9 @@ def test_server_info_describes_model_and_cache() -> None:
         100,
         16,
     )
-    assert (
-        info.dtype == "float32" and info.weight_version == 0 and info.logprobs_modes == ("processed", "raw")
-    )
+    assert info.dtype == "float32" and info.weight_version == 0
+    assert info.logprobs_modes == ("processed_logprobs", "raw_logprobs", "raw_logits", "processed_logits")
+    assert info.default_logprobs_mode == "processed_logprobs"
 
 
 def test_server_info_reports_a_hybrid_models_state_budget() -> None:

@@ -133,7 +133,7 @@ def test_each_prompt_is_requested_once_with_n_and_grpo_sampling_settings(tmp_pat
     trainer.train()
     client = trainer.rollout_client
     # the first call is the start-up vocabulary probe, the second the parity probe after the first push
-    assert client.calls[1][1].logprobs_mode == "raw"
+    assert client.calls[1][1].logprobs_mode == "raw_logprobs"
     rounds = client.calls[2:]
     assert client.llm.weight_version == 3  # one push per round
     assert [num_prompts for num_prompts, _ in rounds] == [2, 2, 2]  # 8 samples = 2 prompts x n=4
@@ -145,7 +145,11 @@ def test_each_prompt_is_requested_once_with_n_and_grpo_sampling_settings(tmp_pat
         0.9,
         5,
     )
-    assert (params.repetition_penalty, params.logprobs, params.logprobs_mode) == (1.1, 0, "processed")
+    assert (params.repetition_penalty, params.logprobs, params.logprobs_mode) == (
+        1.1,
+        0,
+        "processed_logprobs",
+    )
 
 
 def test_a_server_that_lost_the_weights_gets_them_again_before_generating(tmp_path, monkeypatch) -> None:

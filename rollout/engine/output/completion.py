@@ -28,6 +28,7 @@ def completion_output(request: Request, seq: Sequence, detokenize: bool, tokeniz
         kept_token_ids=list(seq.kept_token_ids) if request.params.return_kept_tokens else None,
         stop_reason=seq.stop_reason,
         cumulative_logprob=sum(seq.logprobs) if want else None,
+        logprobs_mode=request.params.logprobs_mode,
     )
     if not detokenize:  # the server: its RPC threads make the text (finish_text)
         return completion

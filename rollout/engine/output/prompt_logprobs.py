@@ -5,7 +5,8 @@ are those a request's first sequence computes while its prompt logprobs are inco
 served from the prefix cache were never run through the model this time, so such a request skips
 reading the cache (as vLLM does) and computes every position; its blocks still enter the cache for
 others. Chunked prefill and preemption just continue from the next missing entry. The logprobs are
-the fp32 log-softmax of the model's own logits (vLLM's prompt logprobs): no penalty, temperature or filter.
+the fp32 log-softmax of the model's own logits (vLLM's prompt logprobs): no penalty, temperature or filter;
+under a "*_logits" logprobs mode, the fp32 logits themselves (vLLM's too).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import torch
 
 from rollout.engine.requests.request import Request, Sequence
+from rollout.logprobs import Logprob
 from rollout.ops.host_to_device import to_device
+from rollout.sampling_params.logprobs_modes import is_logits
 
 
 def needs_prompt_logits(seq: Sequence) -> bool:
@@ -33,15 +36,25 @@ def prompt_positions(seq: Sequence, num_new_tokens: int) -> range:
 def collect(request: Request, logits: torch.Tensor, positions: range) -> None:
     """Appends the entries for `positions` from their logits [len(positions), vocab] (fp32)."""
     assert positions.start == len(request.prompt_logprobs) - 1, "prompt logprobs are collected in order"
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = (
+        logits.float()
+        if is_logits(request.params.logprobs_mode or "")
+        else torch.log_softmax(logits.float(), -1)
+    )
     targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
-    chosen = logprobs.gather(1, to_device(targets, torch.int64, logprobs.device)[:, None])[:, 0].tolist()
+    chosen = logprobs.gather(1, to_device(targets, torch.int64, logprobs.device)[:, None])
+    # vLLM's rank: the number of tokens valued >= the prompt token's (its top-k rank when among them)
+    ranks = [int(r) for r in torch.ge(logprobs, chosen, out=torch.empty_like(logprobs)).sum(dim=-1).tolist()]
     k = request.params.prompt_logprobs
     top = logprobs.topk(k) if k else None
     top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
-    for i, (token, value) in enumerate(zip(targets, chosen, strict=True)):
-        entry = dict(zip(top_ids[i], top_values[i], strict=True)) if k else {}
-        entry.setdefault(token, value)  # the prompt token, plus the top k (k or k + 1 entries, as vLLM)
+    for i, (token, value) in enumerate(zip(targets, chosen[:, 0].tolist(), strict=True)):
+        best = list(zip(top_ids[i], top_values[i], strict=True)) if k else []
+        rank = next((j + 1 for j, (tok, _) in enumerate(best) if tok == token), ranks[i])
+        entry = {tok: Logprob(v, j + 1) for j, (tok, v) in enumerate(best)}
+        entry.setdefault(
+            token, Logprob(value, rank)
+        )  # the top k, plus the prompt token (k or k + 1, as vLLM)
         request.prompt_logprobs.append(entry)
 
 

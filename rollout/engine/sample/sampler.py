@@ -3,9 +3,11 @@
 Order of processing (vLLM's and TRL's expectation): logit bias, repetition, frequency and presence
 penalties, the bans (allowed_token_ids, bad_words, min_tokens: logits_processors.py), the structured
 outputs' grammar mask (grammar_mask.py), temperature, top-k, top-p, min-p; a row the bans and the
-grammar leave without a token is flagged, never drawn from (empty_rows.py). "processed" logprobs are
-the fp32 log-softmax after all of it; "raw" ones are the log-softmax of the model's logits with only
-the grammar mask (vLLM's: its model runner masks the logits before the sampler). The steps up to the
+grammar leave without a token is flagged, never drawn from (empty_rows.py). Each row's logprobs are in its
+vLLM mode (sampling_params/logprobs_modes.py): "processed_logprobs" the fp32 log-softmax after all of it,
+"processed_logits" the values before that log-softmax; "raw_logprobs" the log-softmax of the model's logits
+with only the grammar mask (vLLM's: its model runner masks the logits before the sampler), "raw_logits"
+those logits themselves. The steps up to the
 truncation are shared with the trainer-side replay (rollout/replay/), which recomputes the processed
 distribution from a trainer's logits. Sampling uses the exponential race (argmax p / E with
 E ~ Exp(1)), which draws exactly from p and needs no host sync; a seeded row's noise is a function of
@@ -36,9 +38,11 @@ from rollout.engine.sample.step_processors import StepProcessors, step_processor
 from rollout.engine.sample.temperature import temperature_scaled
 from rollout.engine.sample.truncation import truncate
 from rollout.engine.sample.truncation_mass import kept_log_masses, kept_token_ids
+from rollout.logprobs import Logprob
 from rollout.ops.host_to_device import to_device
 from rollout.ops.workspace import Workspace
 from rollout.sampling_params import SamplingParams
+from rollout.sampling_params.logprobs_modes import DEFAULT_LOGPROBS_MODE, is_raw
 
 if TYPE_CHECKING:
     from rollout.engine.requests.request import Sequence
@@ -91,7 +95,7 @@ class Sampler:
         """logits: [R, vocab] fp32, one row per sample to draw."""
         model_logits = logits  # the caller's: read, never written
         step = step_processors(rows, logits.shape[1], self.eos_token_ids, logits.device)
-        raw_logprobs = self._raw_logprobs(logits, rows, step)
+        raw = self._raw_values(logits, rows, step)
         if step is not None:  # usually none: nothing copied
             logits = self._own_copy(logits)
             step.apply(logits)  # the bans and the grammar: part of the processed distribution
@@ -100,7 +104,9 @@ class Sampler:
         logits = truncate(scaled, rows, self._workspace)
         processed = self._log_softmax(logits, "processed")
         token_ids = self._draw(processed, rows)
-        out = _gather_logprobs(processed, raw_logprobs, token_ids, rows)
+        out = _gather_logprobs(
+            self._logprob_source(processed, logits, raw, rows), token_ids, rows, self._workspace
+        )
         out.kept_log_masses = kept_log_masses(scaled, logits, out.logprobs, self._workspace)
         out.kept_token_ids = kept_token_ids(logits, [row.params.return_kept_tokens for row in rows])
         out.empty_rows = empty_row_indices(empty)
@@ -118,16 +124,41 @@ class Sampler:
     def _log_softmax(self, logits: torch.Tensor, name: str) -> torch.Tensor:
         return torch.log_softmax(logits, dim=-1, out=self._buffer(name, logits))
 
-    def _raw_logprobs(
+    def _raw_values(
         self, logits: torch.Tensor, rows: list[SampleRow], step: StepProcessors | None
     ) -> torch.Tensor | None:
-        """The raw rows' source: the model's logits, with the grammar masks when a row has a grammar (vLLM)."""
-        if not _any(rows, lambda p: p.logprobs_mode == "raw"):
+        """The raw rows' values: the model's logits, with the grammar masks when a row has a grammar (vLLM),
+        or their log-softmax for "raw_logprobs" rows; None when no row returns raw values."""
+        modes = _modes(rows)
+        if not any(mode is not None and is_raw(mode) for mode in modes):
             return None
         if step is not None and step.grammar is not None:
             logits = self._buffer("raw masked", logits).copy_(logits)
             step.grammar.apply(logits)
-        return self._log_softmax(logits, "raw")
+        if "raw_logprobs" not in modes:
+            return logits
+        raw = self._log_softmax(logits, "raw")
+        if "raw_logits" in modes:
+            torch.where(_rows_in(modes, "raw_logits", raw), logits, raw, out=raw)
+        return raw
+
+    def _logprob_source(
+        self,
+        processed: torch.Tensor,
+        processed_logits: torch.Tensor,
+        raw: torch.Tensor | None,
+        rows: list[SampleRow],
+    ) -> torch.Tensor:
+        """[R, vocab]: each row's values in its own mode; `processed` itself when every row wants those."""
+        modes = _modes(rows)
+        if all(mode in (None, "processed_logprobs") for mode in modes):
+            return processed
+        source = self._buffer("source", processed).copy_(processed)
+        if "processed_logits" in modes:
+            torch.where(_rows_in(modes, "processed_logits", source), processed_logits, source, out=source)
+        if raw is not None:
+            torch.where(_rows_in(modes, ("raw_logprobs", "raw_logits"), source), raw, source, out=source)
+        return source
 
     def _apply_temperature(self, logits: torch.Tensor, rows: list[SampleRow], owned: bool) -> torch.Tensor:
         """In place when the logits are the sampler's own, else into its "logits" buffer."""
@@ -150,37 +181,48 @@ class Sampler:
         return sample_key(seed, row.sample_index) if seed is not None else self._rng.getrandbits(64)
 
 
-def _any(rows: list[SampleRow], predicate) -> bool:
-    return any(predicate(row.params) for row in rows)
+def _modes(rows: list[SampleRow]) -> list[str | None]:
+    """Each row's logprobs mode, None for rows that return no logprobs (a bare SamplingParams: the default)."""
+    return [
+        None if row.params.logprobs is None else (row.params.logprobs_mode or DEFAULT_LOGPROBS_MODE)
+        for row in rows
+    ]
+
+
+def _rows_in(modes: list[str | None], wanted: str | tuple[str, ...], like: torch.Tensor) -> torch.Tensor:
+    """[R, 1] bool: the rows whose mode is (one of) `wanted`."""
+    wanted = (wanted,) if isinstance(wanted, str) else wanted
+    return to_device([mode in wanted for mode in modes], torch.bool, like.device)[:, None]
 
 
 def _gather_logprobs(
-    processed: torch.Tensor, raw: torch.Tensor | None, token_ids: torch.Tensor, rows: list[SampleRow]
+    source: torch.Tensor, token_ids: torch.Tensor, rows: list[SampleRow], workspace: Workspace
 ) -> SamplerOutput:
-    """Batched gathers first, then a fixed number of device-to-host copies, whatever the batch size."""
+    """Batched gathers first, then a fixed number of device-to-host copies, whatever the batch size.
+
+    Values are Logprobs with vLLM's ranks (rollout/logprobs.py): the top k ranked 1..k in order, the sampled
+    token its top-k rank when among them, else the number of tokens whose value is >= its own."""
     wanted = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
     logprobs: list[float | None] = [None] * len(rows)
     tops: list[dict[int, float] | None] = [None] * len(rows)
     if not wanted:
         return SamplerOutput(token_ids.tolist(), logprobs, tops)
-    source = _logprob_source(processed, raw, rows)  # [R, vocab]
-    chosen = source.gather(1, token_ids[:, None])[:, 0]
+    chosen = source.gather(1, token_ids[:, None])
+    # counted as fp32 0/1 (exact below 2^24 tokens): a bool sum runs ~3x slower on a CPU
+    at_least = workspace.get("rank", tuple(source.shape), source.dtype, source.device)
+    ranks = [int(r) for r in torch.ge(source, chosen, out=at_least).sum(dim=-1).tolist()]
     max_k = max(rows[i].params.logprobs for i in wanted)
     top = source.topk(max_k) if max_k else None
-    ids, values = token_ids.tolist(), chosen.tolist()
+    ids, values = token_ids.tolist(), chosen[:, 0].tolist()
     top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
     for i in wanted:
-        logprobs[i] = values[i]
         k = rows[i].params.logprobs
+        best = top_ids[i][:k] if k else []
+        rank = best.index(ids[i]) + 1 if ids[i] in best else ranks[i]
+        logprobs[i] = Logprob(values[i], rank)
         if k:  # as vLLM: the top k, plus the sampled token when it is not among them (k + 1 entries)
-            tops[i] = dict(zip(top_ids[i][:k], top_values[i][:k], strict=True))
-            tops[i].setdefault(ids[i], values[i])
+            tops[i] = {
+                t: Logprob(v, j + 1) for j, (t, v) in enumerate(zip(best, top_values[i][:k], strict=True))
+            }
+            tops[i].setdefault(ids[i], logprobs[i])
     return SamplerOutput(ids, logprobs, tops)
-
-
-def _logprob_source(processed: torch.Tensor, raw: torch.Tensor | None, rows: list[SampleRow]) -> torch.Tensor:
-    """Each row's logprobs in its own mode: `raw` rows from the unscaled log-softmax, the rest processed."""
-    if raw is None:
-        return processed
-    is_raw = to_device([row.params.logprobs_mode == "raw" for row in rows], torch.bool, processed.device)
-    return torch.where(is_raw[:, None], raw, processed, out=raw)  # raw: the sampler's buffer, read once

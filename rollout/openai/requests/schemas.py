@@ -57,7 +57,11 @@ class SamplingFields(BaseModel):
     include_stop_str_in_output: bool = False
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
-    logprobs_mode: Literal["processed", "raw"] | None = None  # rollout's (SamplingParams.logprobs_mode)
+    # SamplingParams.logprobs_mode: vLLM's four modes, or rollout's aliases; unset: the server's --logprobs-mode
+    logprobs_mode: (
+        Literal["processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits", "processed", "raw"]
+        | None
+    ) = None
     bad_words_token_ids: list[list[int]] | None = None  # rollout's: bad words given as token sequences
     # Structured outputs (rollout/openai/requests/structured_fields.py): OpenAI's response_format, vLLM's
     # structured_outputs object and its older guided_* keys

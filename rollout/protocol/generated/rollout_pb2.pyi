@@ -19,6 +19,8 @@ class LogprobsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOGPROBS_MODE_UNSPECIFIED: _ClassVar[LogprobsMode]
     LOGPROBS_MODE_PROCESSED: _ClassVar[LogprobsMode]
     LOGPROBS_MODE_RAW: _ClassVar[LogprobsMode]
+    LOGPROBS_MODE_RAW_LOGITS: _ClassVar[LogprobsMode]
+    LOGPROBS_MODE_PROCESSED_LOGITS: _ClassVar[LogprobsMode]
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -26,6 +28,8 @@ FINISH_REASON_ABORT: FinishReason
 LOGPROBS_MODE_UNSPECIFIED: LogprobsMode
 LOGPROBS_MODE_PROCESSED: LogprobsMode
 LOGPROBS_MODE_RAW: LogprobsMode
+LOGPROBS_MODE_RAW_LOGITS: LogprobsMode
+LOGPROBS_MODE_PROCESSED_LOGITS: LogprobsMode
 
 class SamplingParams(_message.Message):
     __slots__ = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "logprobs", "logprobs_mode", "max_staleness", "return_kept_tokens", "stop", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "detokenize", "min_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "allowed_token_ids", "bad_words", "bad_words_token_ids", "prompt_logprobs", "structured_outputs")
@@ -165,7 +169,7 @@ class VersionSpan(_message.Message):
     def __init__(self, first_token_index: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class PartialSample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids", "logprob_ranks")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +178,7 @@ class PartialSample(_message.Message):
     KV_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     KEPT_LOG_MASS_FIELD_NUMBER: _ClassVar[int]
     KEPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_RANKS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
@@ -182,7 +187,8 @@ class PartialSample(_message.Message):
     kv_versions: _containers.RepeatedCompositeFieldContainer[VersionSpan]
     kept_log_mass: _containers.RepeatedScalarFieldContainer[float]
     kept_token_ids: _containers.RepeatedCompositeFieldContainer[TokenIds]
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ...) -> None: ...
+    logprob_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ..., logprob_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "prompts", "params")
@@ -195,12 +201,14 @@ class GenerateRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompts: _Optional[_Iterable[_Union[Prompt, _Mapping]]] = ..., params: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
-    __slots__ = ("token_id", "logprob")
+    __slots__ = ("token_id", "logprob", "rank")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
     token_id: int
     logprob: float
-    def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
+    rank: int
+    def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class TopLogprobs(_message.Message):
     __slots__ = ("entries",)
@@ -209,7 +217,7 @@ class TopLogprobs(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class Sample(_message.Message):
-    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids", "stop_string", "stop_token_id", "cumulative_logprob")
+    __slots__ = ("index", "token_ids", "logprobs", "top_logprobs", "finish_reason", "weight_version", "text", "weight_versions", "kv_versions", "kept_log_mass", "kept_token_ids", "stop_string", "stop_token_id", "cumulative_logprob", "logprobs_mode", "logprob_ranks")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +232,8 @@ class Sample(_message.Message):
     STOP_STRING_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     CUMULATIVE_LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_RANKS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
@@ -238,7 +248,9 @@ class Sample(_message.Message):
     stop_string: str
     stop_token_id: int
     cumulative_logprob: float
-    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., cumulative_logprob: _Optional[float] = ...) -> None: ...
+    logprobs_mode: LogprobsMode
+    logprob_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., cumulative_logprob: _Optional[float] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., logprob_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples", "prompt_logprobs")
@@ -289,7 +301,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config", "boot_id", "prefix_caching", "state_bytes_per_seq", "max_state_snapshots")
+    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config", "boot_id", "prefix_caching", "state_bytes_per_seq", "max_state_snapshots", "default_logprobs_mode")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +323,7 @@ class GetServerInfoResponse(_message.Message):
     PREFIX_CACHING_FIELD_NUMBER: _ClassVar[int]
     STATE_BYTES_PER_SEQ_FIELD_NUMBER: _ClassVar[int]
     MAX_STATE_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dtype: str
@@ -332,7 +345,8 @@ class GetServerInfoResponse(_message.Message):
     prefix_caching: bool
     state_bytes_per_seq: int
     max_state_snapshots: int
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ..., boot_id: _Optional[str] = ..., prefix_caching: _Optional[bool] = ..., state_bytes_per_seq: _Optional[int] = ..., max_state_snapshots: _Optional[int] = ...) -> None: ...
+    default_logprobs_mode: LogprobsMode
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ..., boot_id: _Optional[str] = ..., prefix_caching: _Optional[bool] = ..., state_bytes_per_seq: _Optional[int] = ..., max_state_snapshots: _Optional[int] = ..., default_logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ...) -> None: ...
 
 class ResetPrefixCacheRequest(_message.Message):
     __slots__ = ()
