@@ -78,10 +78,12 @@ def main() -> None:
     parser.add_argument("--cpus-per-replica", type=float, default=1.0)
     parser.add_argument("--disrupt-after-s", type=float, default=5.0)
     parser.add_argument("--modes", nargs="+", default=["affinity", "round_robin", "kill", "push"])
+    parser.add_argument("--hidden", type=int, default=256, help="the small model's hidden size")
+    parser.add_argument("--layers", type=int, default=4, help="the small model's layers")
     args = parser.parse_args()
     ray.init(num_cpus=args.replicas + 1, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as tmp:
-        model = save_small_model(Path(tmp) / "small")
+        model = save_small_model(Path(tmp) / "small", args.hidden, args.layers)
         for mode in args.modes:
             print(json.dumps(run_mode(mode, args, model)), flush=True)
     ray.shutdown()

@@ -49,7 +49,7 @@ class Turn:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
-    reusable_tokens: int  # full blocks of what the previous turn computed that this prompt repeats
+    reusable_tokens: int  # whole blocks of the previous turn's computed tokens this prompt starts with
     versions: list[int] = field(default_factory=list)  # the weight versions of the sample's tokens
 
 
@@ -76,7 +76,8 @@ def _episode(
 ) -> tuple[list[Turn], str | None]:
     system = f"you are agent {episode}. solve the task in small steps, check each step. " * 2
     messages = [{"role": "system", "content": system}, {"role": "user", "content": f"task {episode}: begin"}]
-    done, computed_before = [], 0
+    done: list[Turn] = []
+    computed_before: list[int] = []  # the token ids the previous turn computed KV for
     for turn in range(turns):
         body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 1.0}
         reply = http.post(f"{base_url}/chat/completions", json=body)
@@ -84,17 +85,24 @@ def _episode(
             return done, f"episode {episode} turn {turn}: {reply.status_code} {reply.text[:200]}"
         data = reply.json()
         usage, choice = data["usage"], data["choices"][0]
-        prompt = usage["prompt_tokens"]
-        reusable = min(computed_before, prompt - 1) // BLOCK * BLOCK
+        prompt, prompt_ids = usage["prompt_tokens"], data["prompt_token_ids"]
+        reusable = min(_common_prefix(computed_before, prompt_ids), prompt - 1) // BLOCK * BLOCK
         versions = [v for _, v in choice["weight_versions"]]
         cached = usage["prompt_tokens_details"]["cached_tokens"]
         done.append(Turn(episode, turn, prompt, usage["completion_tokens"], cached, reusable, versions))
-        computed_before = prompt + usage["completion_tokens"] - 1  # the last sampled token has no KV yet
+        computed_before = prompt_ids + choice["token_ids"][:-1]  # the last sampled token has no KV yet
         messages += [
             {"role": "assistant", "content": choice["message"]["content"]},
             {"role": "user", "content": f"step {turn} done, go on"},
         ]
     return done, None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def summarize(turns: list[Turn], wall_s: float) -> dict[str, float]:

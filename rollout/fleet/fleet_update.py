@@ -31,14 +31,15 @@ class FleetUpdateError(RuntimeError):
 
 def push_to_fleet(
     handle: Any,
-    replicas: list[str],
+    list_replicas: Callable[[], list[str]],
     ledger: Any,
     tensors: dict[str, Any],
     version: int | None = None,
     in_flight: str = "wait",
     timeout_s: float = 600.0,
 ) -> int:
-    """Updates every replica in `replicas` (Ray Serve ids) atomically; returns the new version."""
+    """Updates every live replica (`list_replicas()`: Ray Serve ids) atomically; returns the version."""
+    replicas = list_replicas()
     current = _versions(handle, replicas)
     if len(set(current.values())) != 1:
         raise FleetUpdateError(f"the replicas serve different versions {current}; nothing changed", current)
@@ -59,7 +60,29 @@ def push_to_fleet(
         _each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
     if failed:  # past the point of no return: the ledger brings a replaced replica to `target`
         raise FleetUpdateError(_describe("committing", failed, {}), _versions(handle, replicas, True))
+    _catch_up_late(
+        handle, [r for r in list_replicas() if r not in replicas], update_id, refs, target, timeout_s
+    )
     return target
+
+
+def _catch_up_late(
+    handle: Any, late: list[str], update_id: str, refs: list[Any], target: int, timeout_s: float
+) -> None:
+    """A replica that started during the update (it read the ledger before the record) gets it too."""
+    behind = [r for r, v in _versions(handle, late, tolerant=True).items() if v < target]
+    if not behind:
+        return
+    failed = _each(handle.stage_weights, behind, lambda r: (update_id, refs, target), timeout_s)
+    _each(handle.hold, behind, lambda r: None, CONTROL_TIMEOUT_S)
+    try:
+        failed |= _each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)
+    finally:
+        _each(handle.release, behind, lambda r: None, CONTROL_TIMEOUT_S)
+    if failed:
+        raise FleetUpdateError(
+            _describe("catching up a new replica", failed, {}), _versions(handle, late, True)
+        )
 
 
 def _versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[str, int]:

@@ -35,8 +35,9 @@ MAX_ATTEMPTS = 3
 LOST = (RayActorError, ReplicaUnavailableError)
 
 
-def ingress_deployment(app_name: str, num_cpus: float) -> Any:
-    """The ingress deployment class for the application `app_name`."""
+def ingress_deployment(app_name: str, num_cpus: float, token: str | None = None) -> Any:
+    """The ingress deployment class for the application `app_name`; with `token`, /metrics asks for it
+    as each replica asks for it on the OpenAI routes (the ingress forwards the header)."""
     app = FastAPI()
 
     @serve.deployment(ray_actor_options={"num_cpus": num_cpus}, max_ongoing_requests=10_000)
@@ -63,7 +64,9 @@ def ingress_deployment(app_name: str, num_cpus: float) -> Any:
             return Response(status_code=200)
 
         @app.get("/metrics")
-        async def metrics(self) -> Response:
+        async def metrics(self, request: Request) -> Response:
+            if token is not None and request.headers.get("authorization") != f"Bearer {token}":
+                return JSONResponse(_error("a bearer token is required", 401), status_code=401)
             stats = {}
             for replica in live_replicas(app_name):
                 try:
@@ -128,5 +131,6 @@ def _headers(request: Request) -> dict[str, str]:
     return headers
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+def _error(message: str, code: int = 400) -> dict[str, Any]:
+    kind = "AuthenticationError" if code == 401 else "BadRequestError"
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

@@ -96,7 +96,7 @@ class ServeFleet:
                 request_routing_stats_period_s=1.0,
             ),
         )
-        ingress = ingress_deployment(self.app_name, num_cpus=0)
+        ingress = ingress_deployment(self.app_name, num_cpus=0, token=self.token)
         return ingress.bind(replica.bind(self.spec))
 
     @property
@@ -145,7 +145,7 @@ class ServeFleet:
         if hasattr(source, "named_parameters"):
             source = source.state_dict()
         tensors = {name: t.detach().cpu().contiguous() for name, t in unique_named_tensors(source)}
-        return push_to_fleet(self.handle, self.replicas(), self._ledger, tensors, version, in_flight)
+        return push_to_fleet(self.handle, self.replicas, self._ledger, tensors, version, in_flight)
 
     def kill_replica(self, replica: str) -> None:
         """Kills one replica's process (as a crash would); Ray Serve starts a replacement."""
@@ -154,7 +154,8 @@ class ServeFleet:
 
     def metrics(self) -> str:
         """The fleet's Prometheus text (fleet_metrics.py)."""
-        return httpx.get(self.base_url.removesuffix("/v1") + "/metrics", timeout=60).text
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.get(self.base_url.removesuffix("/v1") + "/metrics", headers=headers, timeout=60).text
 
     def shutdown(self) -> None:
         try:

@@ -6,10 +6,12 @@ The test that kills a replica runs last.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -21,6 +23,7 @@ from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
+    MODEL_NAME,
     chat,
     finished_per_replica,
     fleet_serve_args,
@@ -62,6 +65,19 @@ def test_a_session_key_pins_unrelated_prompts_to_one_replica(fleet: ServeFleet) 
         chat(fleet.base_url, prompt, headers={"X-Session-Id": "episode-7"})
     after = finished_per_replica(fleet)
     assert sorted(after[r] - before[r] for r in after) == [0, 4]
+
+
+def test_a_streamed_chat_through_the_endpoint_carries_the_unstreamed_tokens(fleet: ServeFleet) -> None:
+    messages = [{"role": "user", "content": "stream this answer"}]
+    whole = chat(fleet.base_url, messages, seed=3, temperature=1.0)
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 8, "seed": 3, "temperature": 1.0}
+    with httpx.stream(
+        "POST", f"{fleet.base_url}/chat/completions", json={**body, "stream": True}, timeout=300
+    ) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    final = [c for e in events for c in e["choices"] if c.get("finish_reason")]
+    assert final[0]["token_ids"] == whole["choices"][0]["token_ids"]
 
 
 def _perturbed(seed: int) -> torch.nn.Module:
