@@ -34,7 +34,11 @@ class OpenAICall:
 
     def prefix_text(self) -> str:
         """Text whose prefixes follow the prompt's: tools, then each message in order (a later turn's
-        text extends an earlier turn's); for completions, the (first) prompt."""
+        text extends an earlier turn's); a token-in chat's `prompt_token_ids` first; for completions,
+        the (first) prompt."""
+        ids = self.body.get("prompt_token_ids")
+        if "messages" in self.body and isinstance(ids, list):  # token-in chat: the prompt starts with ids
+            return "".join(f"{t}," for t in ids) + json.dumps(self.body["messages"][-1:], sort_keys=True)
         if "messages" in self.body:
             head = json.dumps(self.body.get("tools") or [], sort_keys=True)
             return head + "".join(json.dumps(m, sort_keys=True) for m in self.body["messages"])

@@ -55,3 +55,14 @@ def test_the_session_key_is_the_header_else_the_user_field() -> None:
     assert OpenAICall("/completions", {"user": "u1"}, {"x-session-id": "s1"}).session == "s1"
     assert OpenAICall("/completions", {"user": "u1"}).session == "u1"
     assert OpenAICall("/completions", {}).session is None
+
+
+def test_a_token_in_chat_is_keyed_by_its_prompt_ids_first() -> None:
+    index = PrefixIndex(chunk_chars=8)
+    first = OpenAICall("/chat/completions", {"messages": [{"role": "user", "content": "a"}]}).prefix_text()
+    turn2 = {"messages": [{"role": "tool", "content": "b"}], "prompt_token_ids": list(range(10, 40))}
+    turn3 = {"messages": [{"role": "tool", "content": "c"}], "prompt_token_ids": list(range(10, 60))}
+    keys2 = index.keys(OpenAICall("/chat/completions", turn2).prefix_text())
+    keys3 = index.keys(OpenAICall("/chat/completions", turn3).prefix_text())
+    shared = len("".join(f"{t}," for t in range(10, 40))) // 8
+    assert keys3[:shared] == keys2[:shared] and index.keys(first)[:1] != keys2[:1]
