@@ -24,7 +24,9 @@ __all__ = ["Fleet", "ServeFleet"]
 def __getattr__(name: str) -> Any:
     """ServeFleet loads Ray Serve (and FastAPI) only when asked for."""
     if name == "ServeFleet":
-        from rollout.fleet.serve_fleet import ServeFleet
-
+        try:
+            from rollout.fleet.serve_fleet import ServeFleet
+        except ImportError as exc:  # pragma: no cover - exercised only without the extra
+            raise ImportError(f'ServeFleet needs Ray Serve ({exc}): pip install "rollout[fleet]"') from exc
         return ServeFleet
     raise AttributeError(f"module 'rollout.fleet' has no attribute {name!r}")
