@@ -83,7 +83,7 @@ class EngineReplica:
         tensors = await refs[0] if isinstance(refs[0], ray.ObjectRef) else refs[0]
         return await asyncio.to_thread(self.stage.stage, update_id, tensors, version)
 
-    def hold(self, _: Targeted) -> None:
+    async def hold(self, _: Targeted) -> None:  # on the replica's event loop, as the gate's waiters
         self.stage.hold()
 
     async def commit_weights(self, call: Targeted) -> int:
@@ -93,7 +93,7 @@ class EngineReplica:
     def discard_weights(self, call: Targeted) -> None:
         self.stage.discard(call.payload)
 
-    def release(self, _: Targeted) -> None:
+    async def release(self, _: Targeted) -> None:
         self.stage.release()
 
     # ---- Ray Serve hooks ---------------------------------------------------------------------------
