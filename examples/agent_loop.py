@@ -2,6 +2,7 @@
 
     python examples/agent_loop.py                  # ~1 minute on a laptop CPU, several on a busy one
     python examples/agent_loop.py --rounds 3 --group 8
+    python examples/agent_loop.py --fleet 2          # the same loop against a Ray Serve fleet's endpoint
 
 1. Builds a tiny chat model (a character tokenizer, a Hermes-style template that writes tool calls
    as `<tool_call>{json}</tool_call>`) and teaches it, with a few hundred supervised steps on
@@ -9,7 +10,9 @@
 2. Starts `rollout serve --openai-port` on it; the agent talks to it with the official `openai`
    client: the model calls the tool, the result goes back as a `tool` message, token-in
    (`prompt_token_ids`: the previous turn's prompt + sampled tokens), so no earlier token is ever
-   re-tokenized. Each turn's prefix-cache hit on the previous turn's tokens is measured (/metrics).
+   re-tokenized. Each turn's prefix-cache hit on the previous turn's tokens is measured (the reply's
+   `usage.prompt_tokens_details.cached_tokens`). With `--fleet N`, N replicas behind one endpoint
+   (`rollout.fleet.ServeFleet`, needs the ray extra) serve it instead, the agent unchanged.
 3. Scores each trajectory, takes a GRPO step on its exact tokens (the server's logprobs are the
    behaviour policy, checked against the trainer's teacher-forced ones), pushes the weights over
    gRPC and runs the next round, which the server reports sampling at the new weight version.
@@ -26,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -145,10 +148,19 @@ def healthy(base_url: str) -> bool:
         return False
 
 
-def prefix_hit_tokens(base_url: str) -> int:
-    """The server's counter of prompt tokens served from the prefix cache (Prometheus text)."""
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
-    return int(float(re.search(r"^rollout_prefix_hit_tokens_total (\S+)$", text, re.M).group(1)))
+@contextmanager
+def serving(model_dir: str, fleet: int) -> Iterator[tuple[str, Callable[[torch.nn.Module], int]]]:
+    """(OpenAI base_url, push): one `rollout serve`, or `fleet` replicas behind one endpoint."""
+    if not fleet:
+        with serve(model_dir) as (address, base_url), RolloutClient(address) as trainer_side:
+            yield base_url, lambda model: trainer_side.update_weights(model, transport="grpc")
+        return
+    from rollout.fleet import ServeFleet
+
+    flags = ["--model", model_dir, "--block-size", str(BLOCK_SIZE)]
+    with ServeFleet(fleet, flags, openai_port=free_port()) as replicas:
+        replicas.wait_for_replicas()
+        yield replicas.base_url, replicas.update_weights
 
 
 @dataclass
@@ -216,7 +228,6 @@ class Agent:
     def measured_turn(self, messages: list[dict], earlier: list[int], seed: int) -> object:
         """One chat turn, token-in after the first; counts the prefix-cache hits on `earlier`, the
         previous turn's tokens (hits cover a prompt's leading full blocks, so min() is exact)."""
-        hits_before = prefix_hit_tokens(self.base_url)
         reply = self.client.chat.completions.create(
             model=self.model, messages=messages, tools=TOOLS, max_tokens=96, temperature=1.0, seed=seed,
             logprobs=True, extra_body={"prompt_token_ids": earlier} if earlier else {},
@@ -224,7 +235,7 @@ class Agent:
         if earlier:  # the full blocks of `earlier` but its last token, whose KV was never computed
             reusable = (len(earlier) - 1) // BLOCK_SIZE * BLOCK_SIZE
             self.reusable += reusable
-            self.hits += min(prefix_hit_tokens(self.base_url) - hits_before, reusable)
+            self.hits += min(reply.usage.prompt_tokens_details.cached_tokens, reusable)
         return reply
 
     def check_tool_calls(self, message: object, token_ids: list[int]) -> None:
@@ -280,6 +291,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2, help="prompts per round")
     parser.add_argument("--sft-steps", type=int, default=200)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument(
+        "--fleet", type=int, default=0, help="serve with N Ray Serve replicas (0: one server)"
+    )
     args = parser.parse_args()
 
     tokenizer = chat_tokenizer()
@@ -289,7 +303,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as model_dir:
         model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
-        with serve(model_dir) as (address, base_url), RolloutClient(address) as trainer_side:
+        with serving(model_dir, args.fleet) as (base_url, push):
             agent = Agent(base_url, tokenizer)
             for round_ in range(args.rounds):
                 batch = [next(prompts) for _ in range(args.prompts)]
@@ -304,7 +318,7 @@ def main() -> None:
                 versions = sorted(set().union(*(t.versions for t in episodes)))
                 reward = sum(t.reward for t in episodes) / len(episodes)
                 drift = grpo_step(model, optimizer, groups)
-                version = trainer_side.update_weights(model, transport="grpc")
+                version = push(model)
                 print(
                     f"round {round_}: served at weight version {versions}, mean reward {reward:.3f}, "
                     f"max |server - trainer logp| {drift:.2e}, pushed weights v{version}"

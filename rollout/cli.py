@@ -13,7 +13,7 @@ import logging
 import sys
 
 import rollout
-from rollout.commands import delegate, generate, serve
+from rollout.commands import delegate, fleet, generate, serve
 from rollout.commands.parser import CommandParser
 from rollout.commands.usage import UsageError
 
@@ -33,6 +33,7 @@ def build_parser() -> CommandParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve.register(subparsers)
     generate.register(subparsers)
+    fleet.register(subparsers)
     delegate.register(subparsers, "bench", "rollout.bench.command", "run the throughput benchmark")
     delegate.register(subparsers, "demo", "rollout.demo.command", "run the demo")
     for sub in subparsers.choices.values():
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
         if args.command is None:
-            parser.error("name a command: serve, generate, bench or demo")
+            parser.error("name a command: serve, generate, fleet, bench or demo")
         if extra and not hasattr(args, "args"):
             args.command_parser.unrecognized(extra)
         if extra:  # delegated subcommands (bench, demo) parse their own options

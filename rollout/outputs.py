@@ -74,6 +74,9 @@ class RequestOutput:
     # With SamplingParams(prompt_logprobs=k): one entry per prompt token, the first None, each the
     # token's logprob given the tokens before it plus the top k (vLLM's shape; engine/output/prompt_logprobs.py).
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # Prompt tokens the engine found in its prefix cache when it first scheduled the prompt (vLLM's
+    # `RequestOutput.num_cached_tokens`; OpenAI's `usage.prompt_tokens_details.cached_tokens`).
+    num_cached_tokens: int | None = None
 
     @property
     def logprobs_mode(self) -> str | None:

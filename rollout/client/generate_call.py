@@ -121,11 +121,11 @@ class GenerateCall:
         )
         samples: dict[int, dict[int, CompletionOutput]] = {i: {} for i in range(len(indices))}
         prompt_ids: dict[int, list[int]] = {}
-        prompt_logprobs: dict[int, list[pb.TopLogprobs]] = {}  # per prompt index, when asked for
+        heads: dict[int, pb.GenerateResponse] = {}  # per prompt index, its first message
         for attempt in attempts(self.servers.max_retries, self.deadline):
             try:
                 for response in self._stream(stub, request):
-                    self._record(response, samples, prompt_ids, prompt_logprobs)
+                    self._record(response, samples, prompt_ids, heads)
                 break
             except grpc.RpcError as exc:
                 if (
@@ -136,7 +136,7 @@ class GenerateCall:
                 ):
                     raise  # a server another call gave up on is not waited for: the prompts re-route
         return {
-            indices[k]: self._output(messages[indices[k]], prompt_ids, k, s, prompt_logprobs.get(k, []))
+            indices[k]: self._output(messages[indices[k]], prompt_ids, k, s, heads.get(k))
             for k, s in samples.items()
         }
 
@@ -155,7 +155,7 @@ class GenerateCall:
         response: pb.GenerateResponse,
         samples: dict[int, dict[int, CompletionOutput]],
         prompt_ids: dict[int, list[int]],
-        prompt_logprobs: dict[int, list[pb.TopLogprobs]],
+        heads: dict[int, pb.GenerateResponse],
     ) -> None:
         want_logprobs = self.params.logprobs is not None
         want_top = bool(self.params.logprobs)
@@ -163,7 +163,7 @@ class GenerateCall:
         samples[response.prompt_index][sample.index] = sample  # a replay after a retry overwrites
         if response.prompt_token_ids:
             prompt_ids[response.prompt_index] = list(response.prompt_token_ids)
-            prompt_logprobs[response.prompt_index] = list(response.prompt_logprobs)
+            heads[response.prompt_index] = response
 
     def _output(
         self,
@@ -171,7 +171,7 @@ class GenerateCall:
         prompt_ids: dict[int, list[int]],
         k: int,
         samples: dict[int, CompletionOutput],
-        prompt_logprobs: list[pb.TopLogprobs],
+        head: pb.GenerateResponse | None,
     ) -> RequestOutput:
         if len(samples) != self.params.n or k not in prompt_ids:
             raise RuntimeError(
@@ -179,8 +179,9 @@ class GenerateCall:
             )
         outputs = [samples[i] for i in sorted(samples)]
         asked = self.params.prompt_logprobs is not None
-        entries = prompt_logprobs_from_proto(prompt_logprobs, asked)
-        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None, entries)
+        entries = prompt_logprobs_from_proto(list(head.prompt_logprobs) if head else [], asked)
+        cached = head.num_cached_tokens if head is not None and head.HasField("num_cached_tokens") else None
+        return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None, entries, cached)
 
     def _cancel_all(self) -> None:
         with self._lock:

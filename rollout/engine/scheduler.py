@@ -150,6 +150,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.stats.num_prefix_hit_tokens += hit_tokens
+            if seq.request.num_cached_tokens is None:
+                seq.request.num_cached_tokens = hit_tokens
             seats += self._seats(seq)
             self.add_running(seq)
             budget -= self._schedule(seq, num_new_tokens, out)

@@ -95,7 +95,7 @@ async def _generate(
                 prompt_fields(prepared),
                 _opening(prepared, chat),
                 frontend.deltas(handle, prepared, chat, counted),
-                (lambda: usage_of(prepared, counted)) if include_usage else None,
+                (lambda: usage_of(prepared, counted, handle)) if include_usage else None,
             )
             streaming = True  # the response releases the slot when it ends
             return ReleasingStreamingResponse(
@@ -109,7 +109,7 @@ async def _generate(
         return Response(status_code=CLIENT_CLOSED)
     head = frontend.head(request_id, "chat.completion" if chat else "text_completion")
     return JSONResponse(
-        head | prompt_fields(prepared) | {"choices": choices, "usage": usage_of(prepared, counted)}
+        head | prompt_fields(prepared) | {"choices": choices, "usage": usage_of(prepared, counted, handle)}
     )
 
 

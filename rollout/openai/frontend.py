@@ -156,5 +156,7 @@ def prompt_fields(prepared: Prepared) -> dict[str, Any]:
     return {"prompt_token_ids": ids[0] if len(ids) == 1 else ids} | prepared.extensions
 
 
-def usage_of(prepared: Prepared, counted: list[int]) -> dict[str, int]:
-    return usage([len(s.prompt_token_ids) for s in prepared.submissions], sum(counted))
+def usage_of(prepared: Prepared, counted: list[int], handle: RequestHandle) -> dict[str, Any]:
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens`: the prompts' prefix-cache hits (vLLM's)."""
+    cached = sum(handle.num_cached_tokens.values())
+    return usage([len(s.prompt_token_ids) for s in prepared.submissions], sum(counted), cached)

@@ -240,6 +240,7 @@ def result_to_proto(output: RequestOutput) -> pb.PromptResult:
         prompt_token_ids=output.prompt_token_ids,
         samples=samples,
         prompt_logprobs=prompt_logprobs_to_proto(output.prompt_logprobs),
+        num_cached_tokens=output.num_cached_tokens,
     )
 
 

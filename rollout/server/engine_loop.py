@@ -339,7 +339,9 @@ class EngineLoop:
             for delta in outputs:
                 tracked = self._tracked.get(delta.request_id)
                 if tracked is not None:
-                    self._requests.deliver(tracked, delta.outputs, delta.finished, delta.prompt_logprobs)
+                    self._requests.deliver(
+                        tracked, delta.outputs, delta.finished, delta.prompt_logprobs, delta.num_cached_tokens
+                    )
             self._engine_busy = self.engine.has_unfinished_requests()
             self._cond.notify_all()
 

@@ -57,6 +57,7 @@ class LoopEvent:
     error: Exception | None = None
     prompt_logprobs: list[dict[int, float] | None] | None = None  # with the first samples, when asked for
     tokens: list[TokenDelta] = field(default_factory=list)
+    num_cached_tokens: int | None = None  # the prompt's prefix-cache hits, with its samples
 
 
 Detach = Callable[[str, "queue.SimpleQueue[LoopEvent]"], None]
@@ -76,6 +77,8 @@ class RequestHandle:
         self._sink = sink
         self._unfinished = set(self.request_ids)
         self._cancelled = False
+        # Each request's prefix-cache hits, as its events bring them (usage's cached_tokens).
+        self.num_cached_tokens: dict[str, int] = {}
 
     @property
     def done(self) -> bool:
@@ -92,6 +95,8 @@ class RequestHandle:
             raise HandleCancelledError("the request handle was cancelled")
         if event.finished:
             self._unfinished.discard(event.request_id)
+        if event.num_cached_tokens is not None:
+            self.num_cached_tokens[event.request_id] = event.num_cached_tokens
         if event.error is not None:
             self.cancel()
             raise event.error
@@ -113,8 +118,9 @@ class RequestHandle:
     ) -> RequestOutput:
         sub = self.submissions[request_id]
         samples.sort(key=lambda c: c.index)
+        cached = self.num_cached_tokens.get(request_id)
         return RequestOutput(
-            request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, prompt_logprobs
+            request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, prompt_logprobs, cached
         )
 
     def cancel(self) -> None:

@@ -30,6 +30,7 @@ class Tracked:
     in_engine: bool = False
     orphaned: bool = False  # every caller went away: aborted, and not cached (a retry regenerates)
     prompt_logprobs: list[dict[int, float] | None] | None = None  # once the engine sent them
+    num_cached_tokens: int | None = None  # prefix-cache hits, once the engine scheduled it
 
     @property
     def request_id(self) -> str:
@@ -48,7 +49,13 @@ class Tracked:
         samples = sorted(self.samples, key=lambda c: c.index)
         sub = self.sub
         return RequestOutput(
-            sub.request_id, list(sub.prompt_token_ids), samples, True, sub.prompt, self.prompt_logprobs
+            sub.request_id,
+            list(sub.prompt_token_ids),
+            samples,
+            True,
+            sub.prompt,
+            self.prompt_logprobs,
+            self.num_cached_tokens,
         )
 
 
@@ -108,7 +115,11 @@ class RequestRegistry:
             done_output = done.output()
             sink.put(
                 LoopEvent(
-                    sub.request_id, done_output.outputs, True, prompt_logprobs=done_output.prompt_logprobs
+                    sub.request_id,
+                    done_output.outputs,
+                    True,
+                    prompt_logprobs=done_output.prompt_logprobs,
+                    num_cached_tokens=done_output.num_cached_tokens,
                 )
             )
             return None
@@ -125,7 +136,12 @@ class RequestRegistry:
                 tracked.orphaned = False
             if tracked.samples:
                 sink.put(
-                    LoopEvent(sub.request_id, list(tracked.samples), prompt_logprobs=tracked.prompt_logprobs)
+                    LoopEvent(
+                        sub.request_id,
+                        list(tracked.samples),
+                        prompt_logprobs=tracked.prompt_logprobs,
+                        num_cached_tokens=tracked.num_cached_tokens,
+                    )
                 )
         tracked.sinks.append(sink)
         return tracked if new else None
@@ -147,13 +163,18 @@ class RequestRegistry:
         samples: list[CompletionOutput],
         finished: bool,
         prompt_logprobs: list[dict[int, float] | None] | None = None,
+        num_cached_tokens: int | None = None,
     ) -> None:
         """Sends samples to every caller; a finished request moves to the cache (unless orphaned)."""
         request_id = tracked.request_id
         tracked.samples.extend(samples)
         tracked.prompt_logprobs = tracked.prompt_logprobs or prompt_logprobs
+        if tracked.num_cached_tokens is None:
+            tracked.num_cached_tokens = num_cached_tokens
         for sink in tracked.sinks:
-            sink.put(LoopEvent(request_id, list(samples), finished, prompt_logprobs=tracked.prompt_logprobs))
+            event = LoopEvent(request_id, list(samples), finished, prompt_logprobs=tracked.prompt_logprobs)
+            event.num_cached_tokens = tracked.num_cached_tokens
+            sink.put(event)
         if not finished:
             return
         del self.unfinished[request_id]

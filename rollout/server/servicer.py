@@ -97,6 +97,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                         prompt_token_ids=sub.prompt_token_ids if first else [],
                         num_samples=n,
                         prompt_logprobs=prompt_logprobs_to_proto(event.prompt_logprobs) if first else [],
+                        num_cached_tokens=event.num_cached_tokens if first else None,
                     )
         except HandleCancelledError:
             return

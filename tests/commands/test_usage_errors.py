@@ -114,7 +114,7 @@ def test_an_invalid_engine_option_names_its_flag(command: str, argv: list[str], 
         (["bench", "--prompts", "0"], ["rollout bench: error: argument --prompts: 0 is not >= 1"]),
         (["bench", "--prompt-len", "9", "3"], ["--prompt-len 9 3: MIN is above MAX"]),
         (["demo", "--rounds", "0"], ["rollout demo: error: argument --rounds: 0 is not >= 1"]),
-        ([], ["rollout: error: name a command: serve, generate, bench or demo"]),
+        ([], ["rollout: error: name a command: serve, generate, fleet, bench or demo"]),
     ],
     ids=str,
 )

@@ -43,4 +43,5 @@ def request_output(request: Request, finished: bool = False) -> RequestOutput:
         finished=finished,
         prompt=request.prompt,
         prompt_logprobs=complete_prompt_logprobs(request),
+        num_cached_tokens=request.num_cached_tokens,
     )

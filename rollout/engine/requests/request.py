@@ -38,6 +38,9 @@ class Request:
         None  # with structured_outputs: the compiled grammar (rollout/structured_outputs/)
     )
     stream: bool = False  # each step's new tokens are recorded for the caller (engine/output/token_stream.py)
+    # Prompt tokens served from the prefix cache when first scheduled (vLLM's `num_cached_tokens`:
+    # set once, a later preemption's hits are not counted); None until then.
+    num_cached_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:

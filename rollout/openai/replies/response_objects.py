@@ -65,9 +65,16 @@ def _sample_logprobs(write: Any, sample: CompletionOutput, opts: ReplyOptions) -
     return write(sample.token_ids, sample.logprobs or [], sample.top_logprobs, opts)
 
 
-def usage(prompt_lens: list[int], completion: int) -> dict[str, int]:
+def usage(prompt_lens: list[int], completion: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; `cached_tokens`: prompt tokens served from the prefix cache (every
+    response carries it, 0 included)."""
     prompt = sum(prompt_lens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
 
 
 def extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:

@@ -253,20 +253,22 @@ class Sample(_message.Message):
     def __init__(self, index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., weight_version: _Optional[int] = ..., text: _Optional[str] = ..., weight_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kv_versions: _Optional[_Iterable[_Union[VersionSpan, _Mapping]]] = ..., kept_log_mass: _Optional[_Iterable[float]] = ..., kept_token_ids: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., cumulative_logprob: _Optional[float] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., logprob_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples", "prompt_logprobs")
+    __slots__ = ("request_id", "prompt_index", "sample", "prompt_token_ids", "num_samples", "prompt_logprobs", "num_cached_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_INDEX_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_index: int
     sample: Sample
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     num_samples: int
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprobs]
-    def __init__(self, request_id: _Optional[str] = ..., prompt_index: _Optional[int] = ..., sample: _Optional[_Union[Sample, _Mapping]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., num_samples: _Optional[int] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ...) -> None: ...
+    num_cached_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_index: _Optional[int] = ..., sample: _Optional[_Union[Sample, _Mapping]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., num_samples: _Optional[int] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., num_cached_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateBatchRequest(_message.Message):
     __slots__ = ("request_id", "prompts", "params")
@@ -279,16 +281,18 @@ class GenerateBatchRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompts: _Optional[_Iterable[_Union[Prompt, _Mapping]]] = ..., params: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
 
 class PromptResult(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "samples", "prompt_logprobs")
+    __slots__ = ("request_id", "prompt_token_ids", "samples", "prompt_logprobs", "num_cached_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     samples: _containers.RepeatedCompositeFieldContainer[Sample]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprobs]
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ...) -> None: ...
+    num_cached_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., samples: _Optional[_Iterable[_Union[Sample, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., num_cached_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateBatchResponse(_message.Message):
     __slots__ = ("results",)

@@ -1,0 +1,118 @@
+"""A weight update of the whole fleet: stage on every replica, then commit, or change nothing.
+
+1. Stage: every replica receives the tensors (one object in Ray's store, read by each) and validates
+   them against its engine and the next version, writing nothing. One failure: every replica drops
+   what it staged and the fleet stays on version v (FleetUpdateError names the replica).
+2. Hold every replica (no new request reaches an engine), record the update in the ledger (a
+   replica replacing a dead one loads it), commit on every replica once its engine is idle, release.
+   No replica serves v+1 before all staged it, and no request admitted after the release sees v.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from rollout.fleet.replica_calls import Targeted
+
+CONTROL_TIMEOUT_S = 120.0
+
+
+class FleetUpdateError(RuntimeError):
+    """The update did not land; `versions` says what each replica serves now."""
+
+    def __init__(self, message: str, versions: dict[str, int]) -> None:
+        super().__init__(message)
+        self.versions = versions
+
+
+def push_to_fleet(
+    handle: Any,
+    list_replicas: Callable[[], list[str]],
+    ledger: Any,
+    tensors: dict[str, Any],
+    version: int | None = None,
+    in_flight: str = "wait",
+    timeout_s: float = 600.0,
+) -> int:
+    """Updates every live replica (`list_replicas()`: Ray Serve ids) atomically; returns the version."""
+    replicas = list_replicas()
+    current = _versions(handle, replicas)
+    if len(set(current.values())) != 1:
+        raise FleetUpdateError(f"the replicas serve different versions {current}; nothing changed", current)
+    target = version if version is not None else next(iter(current.values())) + 1
+    update_id, refs = uuid.uuid4().hex, [ray.put(tensors)]
+    failed = _each(handle.stage_weights, replicas, lambda r: (update_id, refs, target), timeout_s)
+    if failed:
+        _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
+        raise FleetUpdateError(_describe("staging", failed, current), current)
+    failed = _each(handle.hold, replicas, lambda r: None, CONTROL_TIMEOUT_S)
+    try:
+        if failed:
+            _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
+            raise FleetUpdateError(_describe("holding", failed, current), current)
+        ray.get(ledger.record.remote(target, refs))
+        failed = _each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
+    finally:
+        _each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
+    if failed:  # past the point of no return: the ledger brings a replaced replica to `target`
+        raise FleetUpdateError(_describe("committing", failed, {}), _versions(handle, replicas, True))
+    _catch_up_late(
+        handle, [r for r in list_replicas() if r not in replicas], update_id, refs, target, timeout_s
+    )
+    return target
+
+
+def _catch_up_late(
+    handle: Any, late: list[str], update_id: str, refs: list[Any], target: int, timeout_s: float
+) -> None:
+    """A replica that started during the update (it read the ledger before the record) gets it too."""
+    behind = [r for r, v in _versions(handle, late, tolerant=True).items() if v < target]
+    if not behind:
+        return
+    failed = _each(handle.stage_weights, behind, lambda r: (update_id, refs, target), timeout_s)
+    _each(handle.hold, behind, lambda r: None, CONTROL_TIMEOUT_S)
+    try:
+        failed |= _each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)
+    finally:
+        _each(handle.release, behind, lambda r: None, CONTROL_TIMEOUT_S)
+    if failed:
+        raise FleetUpdateError(
+            _describe("catching up a new replica", failed, {}), _versions(handle, late, True)
+        )
+
+
+def _versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for replica in replicas:
+        try:
+            out[replica] = handle.stats.remote(Targeted(replica)).result(timeout_s=CONTROL_TIMEOUT_S)[
+                "weight_version"
+            ]
+        except Exception:
+            if not tolerant:
+                raise
+    return out
+
+
+def _each(
+    method: Any, replicas: list[str], payload: Callable[[str], Any], timeout_s: float
+) -> dict[str, str]:
+    """Calls `method` on every replica at once; returns {replica: error} for those that failed."""
+    responses = {r: method.remote(Targeted(r, payload(r))) for r in replicas}
+    failed = {}
+    for replica, response in responses.items():
+        try:
+            response.result(timeout_s=timeout_s)
+        except Exception as exc:  # a replica's refusal or its death: named in the error
+            failed[replica] = f"{type(exc).__name__}: {exc}"
+    return failed
+
+
+def _describe(phase: str, failed: dict[str, str], current: dict[str, int]) -> str:
+    named = "; ".join(f"replica {r}: {e}" for r, e in failed.items())
+    kept = f"; every replica still serves version {next(iter(current.values()))}" if current else ""
+    return f"fleet weight update failed while {phase} ({named}){kept}"

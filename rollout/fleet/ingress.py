@@ -1,0 +1,136 @@
+"""FleetIngress: the fleet's one OpenAI-compatible endpoint (a FastAPI app on Ray Serve's HTTP proxy).
+
+Each generate request becomes an `OpenAICall` that Ray Serve routes to an engine replica
+(CacheAffinityRouter: session, cached prefix, load). A request without a `seed` gets one here, so
+that when its replica dies before answering, the same call on another replica samples exactly the
+same tokens (the engine's seeded sampling does not depend on the batch): nothing is lost, and the
+caller sees one reply. A stream is retried only before its first byte. /metrics is the fleet's
+(fleet_metrics.py), /v1/models any replica's.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations as types.
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import ReplicaUnavailableError
+
+from rollout.fleet.fleet_metrics import render_fleet_metrics
+from rollout.fleet.replica_calls import (
+    FORWARDED_HEADERS,
+    SESSION_HEADER,
+    ForwardedReply,
+    OpenAICall,
+    Targeted,
+)
+from rollout.fleet.replica_names import live_replicas
+
+MAX_ATTEMPTS = 3
+# The replica died or became unreachable with the call (ActorDiedError, ActorUnavailableError...).
+LOST = (RayActorError, ReplicaUnavailableError)
+
+
+def ingress_deployment(app_name: str, num_cpus: float, token: str | None = None) -> Any:
+    """The ingress deployment class for the application `app_name`; with `token`, /metrics asks for it
+    as each replica asks for it on the OpenAI routes (the ingress forwards the header)."""
+    app = FastAPI()
+
+    @serve.deployment(ray_actor_options={"num_cpus": num_cpus}, max_ongoing_requests=10_000)
+    @serve.ingress(app)
+    class FleetIngress:
+        def __init__(self, engine: Any) -> None:
+            self.engine = engine
+
+        @app.post("/v1/chat/completions")
+        async def chat(self, request: Request) -> Response:
+            return await self.forward("/chat/completions", request)
+
+        @app.post("/v1/completions")
+        async def completions(self, request: Request) -> Response:
+            return await self.forward("/completions", request)
+
+        @app.get("/v1/models")
+        async def models(self, request: Request) -> Response:
+            reply = await self.engine.openai.remote(OpenAICall("/models", {}, _headers(request), "GET"))
+            return Response(reply.body, reply.status, media_type=reply.media_type)
+
+        @app.get("/health")
+        async def health(self) -> Response:
+            return Response(status_code=200)
+
+        @app.get("/metrics")
+        async def metrics(self, request: Request) -> Response:
+            if token is not None and request.headers.get("authorization") != f"Bearer {token}":
+                return JSONResponse(_error("a bearer token is required", 401), status_code=401)
+            stats = {}
+            for replica in live_replicas(app_name):
+                try:
+                    stats[replica] = await self.engine.stats.remote(Targeted(replica))
+                except LOST:
+                    continue
+            return PlainTextResponse(render_fleet_metrics(stats))
+
+        async def forward(self, path: str, request: Request) -> Response:
+            try:
+                body = await request.json()
+            except json.JSONDecodeError as exc:
+                return JSONResponse(_error(f"the body is not JSON: {exc}"), status_code=400)
+            if not isinstance(body, dict):
+                return JSONResponse(_error("the body must be a JSON object"), status_code=400)
+            if body.get("seed") is None:
+                body["seed"] = random.getrandbits(31)  # a retry elsewhere samples the same tokens
+            call = OpenAICall(path, body, _headers(request))
+            if call.stream:
+                return await self._stream(call)
+            for attempt in range(MAX_ATTEMPTS):
+                try:
+                    reply = await self.engine.openai.remote(call)
+                    return Response(reply.body, reply.status, media_type=reply.media_type)
+                except LOST:
+                    if attempt == MAX_ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")
+
+        async def _stream(self, call: OpenAICall) -> Response:
+            for attempt in range(MAX_ATTEMPTS):
+                chunks = self.engine.options(stream=True).openai_stream.remote(call)
+                try:
+                    head = await chunks.__anext__()
+                except LOST:
+                    if attempt == MAX_ATTEMPTS - 1:
+                        raise
+                    continue
+                assert isinstance(head, ForwardedReply)
+                if head.status != 200:
+                    return Response(
+                        b"".join([c async for c in chunks]), head.status, media_type=head.media_type
+                    )
+                return StreamingResponse(_relay(chunks), media_type=head.media_type)
+            raise AssertionError("unreachable")
+
+    return FleetIngress
+
+
+async def _relay(chunks: Any) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except LOST as exc:  # mid-stream: the tokens sent cannot be taken back; the stream says so
+        yield f"data: {json.dumps(_error(f'the replica serving this stream died: {exc}'))}\n\n".encode()
+
+
+def _headers(request: Request) -> dict[str, str]:
+    headers = {k: request.headers[k] for k in FORWARDED_HEADERS if k in request.headers}
+    if SESSION_HEADER in request.headers:
+        headers[SESSION_HEADER] = request.headers[SESSION_HEADER]
+    return headers
+
+
+def _error(message: str, code: int = 400) -> dict[str, Any]:
+    kind = "AuthenticationError" if code == 401 else "BadRequestError"
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

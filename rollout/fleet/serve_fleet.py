@@ -1,0 +1,185 @@
+"""ServeFleet: N engine replicas as a Ray Serve deployment behind one OpenAI-compatible endpoint.
+
+`ServeFleet(replicas=2, serve_args=[...]).start()` (Ray started locally when none is running) deploys
+EngineReplica x N with CacheAffinityRouter and FleetIngress on Ray Serve's HTTP proxy at
+`base_url`; `client()` is a RolloutClient over the replicas' gRPC addresses (Ray Serve's gRPC proxy
+routes each call to one replica, so the client keeps its own balancing and failover over them);
+`update_weights` pushes to every replica atomically (fleet_update.py); `metrics()` is the fleet's.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import ray
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from rollout.client import RolloutClient
+from rollout.fleet.affinity_router import CacheAffinityRouter
+from rollout.fleet.engine_replica import EngineReplica, ReplicaSpec
+from rollout.fleet.fleet_update import push_to_fleet
+from rollout.fleet.ingress import ingress_deployment
+from rollout.fleet.replica_calls import Targeted
+from rollout.fleet.replica_names import DEPLOYMENT, live_replicas
+from rollout.fleet.weight_ledger import NAMESPACE, start_ledger
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ServeFleet:
+    """`serve_args`: `rollout serve` model and engine flags for every replica (no ports, host or
+    token: the fleet sets them). `openai_port` 0 picks a free one. `round_robin`: route without
+    affinity (a baseline). `ray_init`: kwargs for the local Ray started when none is running."""
+
+    def __init__(
+        self,
+        replicas: int,
+        serve_args: Sequence[str] = (),
+        openai_port: int = 8000,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        app_name: str = "rollout-fleet",
+        round_robin: bool = False,
+        imbalanced_threshold: int = 8,
+        torch_threads: int = 1,
+        **ray_init: Any,
+    ) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+        for owned in ("--port", "--host", "--token", "--openai-port"):
+            if owned in serve_args:
+                raise ValueError(f"serve_args: {owned} is set by the fleet")
+        if host not in _LOOPBACK and not token:
+            raise ValueError(f"token: required when the fleet binds {host!r} (it accepts weight updates)")
+        self.num_replicas, self.host, self.token, self.app_name = replicas, host, token, app_name
+        self.openai_port = openai_port or _free_port(host)
+        self.spec = ReplicaSpec(list(serve_args), host, token, f"{app_name}-ledger", torch_threads)
+        self.resources = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+        self.router_kwargs = {"round_robin": round_robin, "imbalanced_threshold": imbalanced_threshold}
+        self._ray_init = ray_init
+        self._started_ray = False
+        self._ledger: Any = None
+        self.handle: Any = None
+
+    def start(self) -> ServeFleet:
+        if not ray.is_initialized():
+            ray.init(**{"include_dashboard": False, **self._ray_init})
+            self._started_ray = True
+        try:
+            self._ledger = start_ledger(self.spec.ledger)
+            serve.start(http_options={"host": self.host, "port": self.openai_port})
+            self.handle = serve.run(self._application(), name=self.app_name, route_prefix="/")
+        except BaseException:
+            self.shutdown()
+            raise
+        self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
+        return self
+
+    def _application(self) -> Any:
+        replica = serve.deployment(
+            EngineReplica,
+            name=DEPLOYMENT,
+            num_replicas=self.num_replicas,
+            ray_actor_options=self.resources,
+            max_ongoing_requests=1024,
+            health_check_period_s=2.0,
+            request_router_config=RequestRouterConfig(
+                request_router_class=CacheAffinityRouter,
+                request_router_kwargs=self.router_kwargs,
+                request_routing_stats_period_s=1.0,
+            ),
+        )
+        ingress = ingress_deployment(self.app_name, num_cpus=0, token=self.token)
+        return ingress.bind(replica.bind(self.spec))
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.openai_port}/v1"
+
+    def replicas(self) -> list[str]:
+        """The live replicas' ids."""
+        return live_replicas(self.app_name)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each live replica's id, actor name, gRPC address, pid and weight version."""
+        return [self.handle.describe.remote(Targeted(r)).result(timeout_s=120) for r in self.replicas()]
+
+    def wait_for_replicas(self, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+        """Waits until `replicas` replicas are live and answer (after one died: its replacement)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                described = self.describe()
+                if len(described) == self.num_replicas:
+                    return described
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.num_replicas} replicas were not live within {timeout_s:g} s")
+            time.sleep(0.5)
+
+    @property
+    def grpc_addresses(self) -> list[str]:
+        return [d["grpc_address"] for d in self.describe()]
+
+    def client(self, **kwargs: Any) -> RolloutClient:
+        """A RolloutClient over the replicas' gRPC addresses (kwargs: its options)."""
+        return RolloutClient(self.grpc_addresses, token=self.token, **kwargs)
+
+    def update_weights(
+        self, model_or_named_tensors: Any, version: int | None = None, in_flight: str = "wait"
+    ) -> int:
+        """One push to every replica, atomic across the fleet (fleet_update.py); returns the version."""
+        from rollout.weights.manifest import unique_named_tensors
+
+        source = model_or_named_tensors
+        if hasattr(source, "named_parameters"):
+            source = source.state_dict()
+        tensors = {name: t.detach().cpu().contiguous() for name, t in unique_named_tensors(source)}
+        return push_to_fleet(self.handle, self.replicas, self._ledger, tensors, version, in_flight)
+
+    def kill_replica(self, replica: str) -> None:
+        """Kills one replica's process (as a crash would); Ray Serve starts a replacement."""
+        name = f"SERVE_REPLICA::{self.app_name}#{DEPLOYMENT}#{replica}"
+        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+
+    def metrics(self) -> str:
+        """The fleet's Prometheus text (fleet_metrics.py)."""
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.get(self.base_url.removesuffix("/v1") + "/metrics", headers=headers, timeout=60).text
+
+    def shutdown(self) -> None:
+        try:
+            if ray.is_initialized():
+                serve.shutdown()
+        finally:
+            if self._ledger is not None:
+                ray.kill(self._ledger)
+                self._ledger = None
+            if self._started_ray:
+                ray.shutdown()
+                self._started_ray = False
+
+    def __enter__(self) -> ServeFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))
+        return sock.getsockname()[1]
+
+
+__all__ = ["NAMESPACE", "ServeFleet"]

@@ -1,0 +1,83 @@
+"""One replica's side of a fleet-wide weight update: stage, hold, commit or discard, release.
+
+Stage validates the tensors against the engine (names, shapes, dtypes, the next version) without
+writing a byte and keeps them; hold closes the replica's gate, so no new request reaches its engine
+until release; commit writes them once the engine is idle (in-flight policy "wait": every sample
+keeps one version) or after aborting what runs ("abort"). A hold left open by a coordinator that
+went away lapses after `hold_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.weights.updater import check_next_version
+
+FLEET_POLICIES = ("wait", "abort")
+
+
+@dataclass(frozen=True)
+class StagedUpdate:
+    tensors: dict[str, Any]
+    version: int
+
+
+class WeightStage:
+    def __init__(self, loop: Any, hold_timeout_s: float = 600.0) -> None:
+        self.loop = loop  # rollout.server.engine_loop.EngineLoop
+        self.hold_timeout_s = hold_timeout_s
+        self.staged: dict[str, StagedUpdate] = {}
+        self._open = asyncio.Event()
+        self._open.set()
+        self._held_until = 0.0
+
+    def stage(self, update_id: str, tensors: dict[str, Any], version: int) -> int:
+        """Validates and keeps the update; returns the version serving now. Raises naming the problem."""
+
+        def validate(engine: Any) -> int:
+            check_next_version(engine.weight_version, version)
+            engine.weights.plan(tensors, None)  # names, shapes, dtypes: WeightUpdateError, nothing written
+            return engine.weight_version
+
+        current = self.loop.call(validate)
+        self.staged[update_id] = StagedUpdate(tensors, version)
+        return current
+
+    def hold(self) -> None:
+        self._open.clear()
+        self._held_until = time.monotonic() + self.hold_timeout_s
+
+    def commit(self, update_id: str, in_flight: str = "wait") -> int:
+        """Writes the staged update (the replica is held); returns the new version."""
+        if in_flight not in FLEET_POLICIES:
+            raise ValueError(
+                f"in_flight must be one of {FLEET_POLICIES} for a fleet update, got {in_flight!r}"
+            )
+        update = self.staged.pop(update_id, None)
+        if update is None:
+            raise KeyError(f"update_id {update_id!r}: nothing staged under it on this replica")
+
+        def write(engine: Any) -> int:
+            return engine.update_weights(update.tensors, update.version, in_flight="wait")
+
+        return self.loop.run_exclusive(write, abort_running=in_flight == "abort")
+
+    def discard(self, update_id: str) -> None:
+        self.staged.pop(update_id, None)
+
+    def release(self) -> None:
+        self._open.set()
+
+    async def wait_open(self) -> None:
+        """Returns once the replica takes requests (at once unless a fleet update holds it)."""
+        while not self._open.is_set():
+            if time.monotonic() > self._held_until:
+                self._open.set()
+                break
+            try:
+                await asyncio.wait_for(self._open.wait(), timeout=1.0)
+            except TimeoutError:
+                continue

@@ -1,0 +1,72 @@
+"""Builders for the Ray Serve fleet tests: a tiny chat model on disk, chat calls, replica counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.builders import char_tokenizer, tiny_model
+
+CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+MODEL_NAME = "tiny"
+BLOCK = 16  # the engine's default block size
+
+
+def save_chat_model(path: Path) -> Path:
+    tiny_model("llama").save_pretrained(path)
+    char_tokenizer(CHAT_TEMPLATE).save_pretrained(path)
+    return path
+
+
+def fleet_serve_args(model: Path) -> list[str]:
+    return [
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--num-blocks",
+        "512",
+        "--no-self-check",
+    ]
+
+
+def chat(
+    base_url: str, messages: list[dict[str, str]], headers: dict[str, str] | None = None, **fields: Any
+) -> dict:
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 8, "temperature": 0.0, **fields}
+    reply = httpx.post(f"{base_url}/chat/completions", json=body, headers=headers or {}, timeout=300)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def system_prompt(episode: int) -> str:
+    return f"you are agent {'abcdefgh'[episode % 8]} " + "solve the task step by step " * 3
+
+
+def run_episode(base_url: str, episode: int, turns: int, headers: dict[str, str] | None = None) -> list[dict]:
+    """An agent episode: each turn's prompt is the previous prompt, its reply and a new user message."""
+    messages = [
+        {"role": "system", "content": system_prompt(episode)},
+        {"role": "user", "content": "first step"},
+    ]
+    replies = []
+    for turn in range(turns):
+        reply = chat(base_url, messages, headers)
+        replies.append(reply)
+        content = reply["choices"][0]["message"]["content"]
+        messages += [
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": f"next step {turn}"},
+        ]
+    return replies
+
+
+def finished_per_replica(fleet: Any) -> dict[str, int]:
+    from rollout.fleet.replica_calls import Targeted
+
+    return {
+        r: int(fleet.handle.stats.remote(Targeted(r)).result(timeout_s=120).get("num_requests_finished", 0))
+        for r in fleet.replicas()
+    }

@@ -1,0 +1,152 @@
+"""A real local Ray Serve fleet: 2 engine replicas of a tiny chat model behind one OpenAI endpoint.
+
+One Ray instance and one fleet for the module (starting replicas costs about a minute on 2 cores).
+The test that kills a replica runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason='the fleet tests need the ray extra: pip install "rollout[ray]"')
+
+from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
+from rollout.fleet import ServeFleet  # noqa: E402
+from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
+from tests.builders import tiny_model  # noqa: E402
+from tests.fleet.serve_fleet_builders import (  # noqa: E402
+    BLOCK,
+    MODEL_NAME,
+    chat,
+    finished_per_replica,
+    fleet_serve_args,
+    run_episode,
+    save_chat_model,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_chat_model(tmp_path_factory.mktemp("fleet") / "model")
+
+
+@pytest.fixture(scope="module")
+def fleet(model_dir: Path) -> Iterator[ServeFleet]:
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    try:
+        with ServeFleet(2, serve_args=fleet_serve_args(model_dir), num_cpus=1, openai_port=0) as f:
+            f.wait_for_replicas()
+            yield f
+    finally:
+        ray.shutdown()
+
+
+def test_each_turn_of_an_episode_hits_the_blocks_of_the_turn_before(fleet: ServeFleet) -> None:
+    """Affinity routing: turn k+1 finds turn k's prompt blocks, whichever replica ran it."""
+    for episode in range(4):
+        replies = run_episode(fleet.base_url, episode, turns=3)
+        for before, after in zip(replies, replies[1:], strict=False):
+            reusable = before["usage"]["prompt_tokens"] // BLOCK * BLOCK
+            assert after["usage"]["prompt_tokens_details"]["cached_tokens"] >= reusable > 0
+    assert "rollout_fleet_prefix_hit_rate" in fleet.metrics()
+
+
+def test_a_session_key_pins_unrelated_prompts_to_one_replica(fleet: ServeFleet) -> None:
+    before = finished_per_replica(fleet)
+    for i in range(4):
+        prompt = [{"role": "user", "content": f"unrelated question {'wxyz'[i]} " * (i + 1)}]
+        chat(fleet.base_url, prompt, headers={"X-Session-Id": "episode-7"})
+    after = finished_per_replica(fleet)
+    assert sorted(after[r] - before[r] for r in after) == [0, 4]
+
+
+def test_a_streamed_chat_through_the_endpoint_carries_the_unstreamed_tokens(fleet: ServeFleet) -> None:
+    messages = [{"role": "user", "content": "stream this answer"}]
+    whole = chat(fleet.base_url, messages, seed=3, temperature=1.0)
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 8, "seed": 3, "temperature": 1.0}
+    with httpx.stream(
+        "POST", f"{fleet.base_url}/chat/completions", json={**body, "stream": True}, timeout=300
+    ) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    final = [c for e in events for c in e["choices"] if c.get("finish_reason")]
+    assert final[0]["token_ids"] == whole["choices"][0]["token_ids"]
+
+
+def _perturbed(seed: int) -> torch.nn.Module:
+    model = tiny_model("llama")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
+    return model
+
+
+def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
+    fleet: ServeFleet, model_dir: Path
+) -> None:
+    start = {d["weight_version"] for d in fleet.describe()}
+    assert len(start) == 1
+    new = _perturbed(1)
+    version = fleet.update_weights(new)
+    assert version == start.pop() + 1
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    offline = LLM(model=new, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False))
+    want = [
+        o.outputs[0].token_ids for o in offline.generate(prompts, SamplingParams(max_tokens=6, temperature=0))
+    ]
+    with fleet.client() as client:
+        outs = client.generate(prompts, SamplingParams(max_tokens=6, temperature=0))
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert {o.outputs[0].weight_version for o in outs} == {version}
+    bad = dict(_perturbed(2).state_dict())
+    bad["model.norm.weight"] = torch.ones(3)  # the wrong shape: every replica refuses at staging
+    with pytest.raises(FleetUpdateError, match="model.norm.weight"):
+        fleet.update_weights(bad)
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_the_fleet_version(
+    fleet: ServeFleet,
+) -> None:
+    """Runs last: it kills a replica (a crash) while both hold requests."""
+    version = fleet.describe()[0]["weight_version"]
+    fields = dict(max_tokens=200, temperature=1.0, ignore_eos=True)
+    prompts = [[{"role": "user", "content": f"long answer {'abcdef'[i]}"}] for i in range(6)]
+    replies: dict[int, dict] = {}
+
+    def call(i: int) -> None:
+        replies[i] = chat(fleet.base_url, prompts[i], seed=100 + i, **fields)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    victim = _busy_replica(fleet)
+    fleet.kill_replica(victim)
+    for thread in threads:
+        thread.join(timeout=600)
+    assert sorted(replies) == list(range(6))
+    again = [chat(fleet.base_url, prompts[i], seed=100 + i, **fields) for i in range(6)]
+    for i in range(6):
+        assert replies[i]["choices"][0]["token_ids"] == again[i]["choices"][0]["token_ids"]
+        assert len(replies[i]["choices"][0]["token_ids"]) == 200
+    described = fleet.wait_for_replicas()
+    assert victim not in {d["replica"] for d in described}
+    assert [d["weight_version"] for d in described] == [version, version]
+
+
+def _busy_replica(fleet: ServeFleet) -> str:
+    from rollout.fleet.replica_calls import Targeted
+
+    while True:
+        for replica in fleet.replicas():
+            stats = fleet.handle.stats.remote(Targeted(replica)).result(timeout_s=120)
+            if stats.get("num_running_seqs", 0) > 0:
+                return replica
