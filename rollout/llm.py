@@ -20,7 +20,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
-from rollout.engine.sleep.engine_memory import EngineMemory
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
 from rollout.outputs import RequestOutput
@@ -68,7 +67,7 @@ class LLM:
         self._lock = threading.Lock()  # the engine has one driver: concurrent calls take turns
         self._writes = DirectWriteWatch(self.engine.model, self.engine.weight_version)
         self._base_version = self.engine.adapters.base_version  # what this LLM's updates left, or as loaded
-        self.memory = EngineMemory(self.engine)  # sleep mode (rollout/engine/sleep/)
+        self.memory = self.engine.memory  # sleep mode (rollout/engine/sleep/)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
@@ -142,7 +141,6 @@ class LLM:
     ) -> list[RequestOutput]:
         per_prompt = _params_per_prompt(params, len(token_prompts))
         with self._lock:
-            self.memory.check_can_generate()
             self._writes.check(self.engine)
             for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
                 self.engine.validate_request(ids, p)
@@ -200,7 +198,6 @@ class LLM:
         todo = aborted_samples(outputs)
         single = single_sample(params)
         with self._lock:
-            self.memory.check_can_generate()
             self._writes.check(self.engine)
             for job in todo:  # validate all before queueing any
                 self.engine.validate_request(job.prompt_token_ids, single, job.partial)
@@ -236,7 +233,6 @@ class LLM:
         BaseMismatchError and nothing changes (rollout/weights/weight_base.py)."""
         named_tensors, lora = update_source(named_tensors, lora)
         with self._lock:
-            self.memory.check_can_update()
             base = self._base_version if base_version is None else base_version
             try:
                 version = self.engine.update_weights(named_tensors, version, in_flight, lora, base)

@@ -25,6 +25,7 @@ from rollout.openai.frontend import (
 from rollout.openai.guard import Guard
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.requests.served_names import ModelNotFoundError
+from rollout.openai.sleep_routes import add_sleep_routes
 from rollout.openai.streaming.choice_stream import StreamMismatchError
 from rollout.openai.streaming.sse import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
@@ -67,6 +68,7 @@ def build_app(frontend: Frontend, metrics: Metrics, token: str | None, max_body_
     async def completions(req: CompletionRequest, request: Request) -> Response:
         return await _generate(frontend, req, request, "cmpl", write_completion)
 
+    add_sleep_routes(app, frontend)  # vLLM's /sleep, /wake_up, /is_sleeping
     return Guard(app, token, max_body_bytes)
 
 

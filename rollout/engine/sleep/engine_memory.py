@@ -43,6 +43,7 @@ class SleepingEngine(Protocol):
     runner: object  # the local runner itself, unless a tensor-parallel driver wraps it
     adapters: AdapterStore
     max_model_len: int
+    weight_version: int
 
     def has_unfinished_requests(self) -> bool: ...
 
@@ -63,6 +64,7 @@ class EngineMemory:
         self.asleep: set[str] = set()
         self._released: dict[str, list[ReleasedStorage]] = {}
         self._unrestored: list[tuple[str, torch.Tensor]] = []  # level 2: parameters no update wrote yet
+        self._checked_version = -1  # the weight version `_unrestored` was last pruned at
         self._had_graphs = False
 
     def is_sleeping(self) -> bool:
@@ -90,7 +92,7 @@ class EngineMemory:
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Takes memory back for `tags` (default: all), weights before the KV cache, so an update between
         `wake_up(tags=["weights"])` and `wake_up(tags=["kv_cache"])` never holds both."""
-        wanted = _check_tags(tags)
+        wanted = check_tags(tags)
         for tag in TAGS:  # in this order
             if tag in wanted and tag in self.asleep:
                 self._wake(tag)
@@ -105,14 +107,16 @@ class EngineMemory:
                 f"the engine is sleeping (level {self.level}; asleep: {', '.join(sorted(self.asleep))}): "
                 "call wake_up() before generating"
             )
-        if self._unrestored:
-            self._unrestored = [(n, p) for n, p in self._unrestored if bool(torch.isnan(p).all())]
-        if self._unrestored:
+        if self.awaiting_weights():
             names = ", ".join(name for name, _ in self._unrestored[:3])
             raise SleepModeError(
                 f"sleep(level=2) discarded the weights and {len(self._unrestored)} parameters were not "
                 f"written since (e.g. {names}): update_weights with every parameter before generating"
             )
+
+    def serving(self) -> bool:
+        """Both tags awake and every parameter restored: a server admits requests only then."""
+        return not self.asleep and not self.awaiting_weights()
 
     def check_can_update(self) -> None:
         """Updates write into the weights' memory: it must be awake (vLLM: wake_up(tags=["weights"]) first)."""
@@ -122,10 +126,16 @@ class EngineMemory:
                 "before updating them"
             )
 
+    def awaiting_weights(self) -> bool:
+        """Awake, but parameters sleep(level=2) discarded that no update wrote since (re-checked once per version)."""
+        if self._unrestored and self._checked_version != self.engine.weight_version:
+            self._checked_version = self.engine.weight_version
+            self._unrestored = [(n, p) for n, p in self._unrestored if bool(torch.isnan(p).all())]
+        return bool(self._unrestored)
+
     def _check_can_sleep(self, level: int) -> None:
         engine = self.engine
-        if level not in (1, 2):
-            raise ValueError(f"level must be 1 or 2, got {level!r}")
+        check_level(level)
         if self.asleep:
             raise SleepModeError(f"already sleeping (level {self.level}): call wake_up() first")
         if engine.runner is not engine.local_runner:
@@ -145,6 +155,7 @@ class EngineMemory:
             item.restore(fill=_NAN_BYTE if level2_weights else 0)
         if level2_weights and not self.weights_shared:
             self._unrestored = list(self.engine.model.named_parameters())
+            self._checked_version = self.engine.weight_version
         self.asleep.discard(tag)
 
     def _recapture_graphs(self) -> None:
@@ -154,7 +165,12 @@ class EngineMemory:
             self._had_graphs = False
 
 
-def _check_tags(tags: list[str] | None) -> set[str]:
+def check_level(level: int) -> None:
+    if level not in (1, 2):
+        raise ValueError(f"level must be 1 or 2, got {level!r}")
+
+
+def check_tags(tags: list[str] | None) -> set[str]:
     if tags is None:
         return set(TAGS)
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
