@@ -20,7 +20,7 @@ from rollout import LLM
 
 from . import adapter_pushes, parity_probe
 from .colocate_checks import engine_config
-from .colocated_engine import build_engine_llm, shares_weights
+from .colocated_engine import SharedWeights, build_engine_llm, shares_weights
 from .config import RolloutConfig
 from .generation import RolloutGeneration, StaleWeightsError
 from .rollout_batch import RolloutBatch
@@ -34,6 +34,7 @@ class ColocatedGeneration(RolloutGeneration):
     def __init__(self, trainer: Any, config: RolloutConfig) -> None:
         self.llm: LLM | None = None
         self.shared = False  # the engine serves the trainer's own parameter storage
+        self.shared_weights: SharedWeights | None = None
         self.sleep_mode = bool(trainer.args.vllm_enable_sleep_mode)
         self.engine_config = engine_config(trainer.args, config, trainer.accelerator.process_index)
         super().__init__(trainer, config)
@@ -49,6 +50,7 @@ class ColocatedGeneration(RolloutGeneration):
             logger.info("colocated engine: its own copy of the weights (%s)", why)
         self.llm = build_engine_llm(model, self._tokenizer, self.engine_config, self.shared)
         engine = self.llm.engine
+        self.shared_weights = SharedWeights(engine.model) if self.shared else None
         self.server_dtype = next(engine.model.parameters()).dtype
         self.context_length = engine.max_model_len
         self.eos_token_ids_served = tuple(sorted(engine.model_info.eos_token_ids))
@@ -72,6 +74,7 @@ class ColocatedGeneration(RolloutGeneration):
         if "weights" in memory.asleep:
             self.llm.wake_up(tags=["weights"])
         if self.shared:
+            self._follow_trainer()
             self.llm.engine.commit_weight_version()
         else:
             self._write_weights()
@@ -83,6 +86,18 @@ class ColocatedGeneration(RolloutGeneration):
             self.probe_due = False
             self._probe_parity(samples, "after the first weight sync")
             self.probes += 1
+
+    def _follow_trainer(self) -> None:
+        """The engine's parameters at the trainer's storage again (after DDP's set-up); CUDA graphs, captured
+        over the old addresses, captured again."""
+        moved = self.shared_weights.follow(self.accelerator.unwrap_model(self.model))
+        runner = self.llm.engine.local_runner
+        if moved:
+            logger.info("colocated engine: %d parameters follow the trainer's new storage", moved)
+            if runner.decode_graphs is not None:
+                runner.decode_graphs = None
+                config = self.llm.engine.config
+                runner.enable_decode_graphs(config.max_num_seqs, self.llm.engine.max_model_len, capture=True)
 
     def _write_weights(self) -> None:
         lora = None

@@ -57,6 +57,33 @@ def aliasing_copy(model: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
+class SharedWeights:
+    """The engine's parameters as views of the trainer's, followed when a wrapper re-points the trainer's.
+
+    DistributedDataParallel's set-up (and any `param.data = ...`) gives a trainer parameter new storage
+    after the engine was built; `follow` points the engine's parameter at it again (no copy), so the engine
+    never serves a storage the optimizer no longer writes."""
+
+    def __init__(self, engine_model: torch.nn.Module) -> None:
+        self.params = list(engine_model.named_parameters())
+
+    def follow(self, trainer_model: torch.nn.Module) -> int:
+        """Re-points every engine parameter whose trainer parameter moved; returns how many did."""
+        moved = 0
+        for name, param in self.params:
+            source = trainer_model.get_parameter(name).detach()
+            if param.data_ptr() == source.data_ptr():
+                continue
+            if (source.shape, source.dtype, source.device) != (param.shape, param.dtype, param.device):
+                raise RuntimeError(
+                    f"the trainer's {name} became {tuple(source.shape)} {source.dtype} on {source.device}; the "
+                    f"colocated engine served it as {tuple(param.shape)} {param.dtype} on {param.device}"
+                )
+            param.data = source
+            moved += 1
+        return moved
+
+
 def build_engine_llm(model: Any, tokenizer: Any, config: EngineConfig, shared: bool) -> LLM:
     """The process's LLM: over an aliasing copy of `model` (`shared`), or over its own copy of it."""
     if shared:
