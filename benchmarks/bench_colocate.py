@@ -119,8 +119,9 @@ class Engine:
         outs = (self.client if self.server else self.llm).generate(prompts, params)
         return [list(o.prompt_token_ids) + list(c.token_ids) for o in outs for c in o.outputs]
 
-    def sleep(self, level: int) -> None:
-        (self.client if self.server else self.llm).sleep(level=level)
+    def sleep(self, level: int) -> int:
+        """Returns the bytes the engine freed, by its own account."""
+        return (self.client if self.server else self.llm).sleep(level=level)
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         (self.client if self.server else self.llm).wake_up(tags=tags)
@@ -153,10 +154,14 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
 
 
-def given_back(engine: Engine, level: int) -> tuple[float, float]:
-    """Resident memory (MB, all processes) the sleep gave back, and the wake-up time (s) to serve again."""
+def given_back(engine: Engine, level: int) -> tuple[float, float, float]:
+    """The engine's freed bytes (its account, MB), the resident memory all processes gave back (MB), and the
+    wake-up time (s) to serve again. The trainer's own freed pages are returned first, so they are not counted."""
+    from rollout.engine.sleep.host_memory import give_back
+
+    give_back(torch.device("cpu"))
     before = sum(rss_mb(pid) for pid in engine.pids)
-    engine.sleep(level)
+    accounted = engine.sleep(level) / MB
     freed = before - sum(rss_mb(pid) for pid in engine.pids)
 
     def wake() -> None:
@@ -165,7 +170,7 @@ def given_back(engine: Engine, level: int) -> tuple[float, float]:
             engine.sync()
         engine.wake_up(["kv_cache"])
 
-    return freed, timed(wake)
+    return accounted, freed, timed(wake)
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict:
@@ -182,30 +187,24 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict:
         [(7 * p + i) % (args.vocab - 3) + 3 for i in range(args.prompt_len)] for p in range(args.prompts)
     ]
     level = 1 if mode == "colocated-shared" else 2  # shared weights are never freed: only the KV cache
-    syncs, steps = [], []
+    engine.generate(prompts, params)  # warm-up: first-call costs are no step's
+    times: dict[str, list[float]] = {"generate": [], "train": [], "sync": [], "step": []}
     for _ in range(args.steps):
         start = time.perf_counter()
         sequences = engine.generate(prompts, params)
+        times["generate"].append(time.perf_counter() - start)
         engine.sleep(level)
-        train_step(trainer, optimizer, sequences)
+        times["train"].append(timed(lambda rows=sequences: train_step(trainer, optimizer, rows)))
         engine.wake_up(["weights"])
-        syncs.append(timed(engine.sync))
+        times["sync"].append(timed(engine.sync))
         engine.wake_up(["kv_cache"])
-        steps.append(time.perf_counter() - start)
-    freed1, wake1 = given_back(engine, 1)
-    freed2, wake2 = given_back(engine, 2)
+        times["step"].append(time.perf_counter() - start)
+    level1 = given_back(engine, 1)
+    level2 = given_back(engine, 2)
     peak = sum(peak_mb(pid) for pid in engine.pids)
     engine.close()
-    return dict(
-        mode=mode,
-        sync_s=statistics.median(syncs),
-        step_s=statistics.median(steps),
-        peak_mb=peak,
-        level1_freed_mb=freed1,
-        level1_wake_s=wake1,
-        level2_freed_mb=freed2,
-        level2_wake_s=wake2,
-    )
+    medians = {f"{name}_s": statistics.median(values) for name, values in times.items()}
+    return dict(mode=mode, peak_mb=peak, level1=level1, level2=level2, **medians)
 
 
 def main() -> None:
@@ -237,16 +236,19 @@ def main() -> None:
     print(
         f"shape: hidden {args.hidden}, layers {args.layers}, vocab {args.vocab}; {args.prompts} prompts x {args.n}"
     )
-    print(
-        "| mode | weight sync | step | peak RSS | sleep 1 frees | wake 1 | sleep 2 frees | wake 2 (+ sync) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | weight sync | generate | train | step | peak RSS (all processes) |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['mode']} | {r['sync_s'] * 1e3:.1f} ms | {r['step_s']:.2f} s | {r['peak_mb']:.0f} MB | "
-            f"{r['level1_freed_mb']:.0f} MB | {r['level1_wake_s'] * 1e3:.0f} ms | {r['level2_freed_mb']:.0f} MB | "
-            f"{r['level2_wake_s'] * 1e3:.0f} ms |"
+            f"| {r['mode']} | {r['sync_s'] * 1e3:.1f} ms | {r['generate_s']:.2f} s | {r['train_s']:.2f} s | "
+            f"{r['step_s']:.2f} s | {r['peak_mb']:.0f} MB |"
         )
+    print("\n| mode | level | engine frees (its account) | resident memory given back | wake-up (+ sync) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        for level in (1, 2):
+            accounted, freed, wake = r[f"level{level}"]
+            print(f"| {r['mode']} | {level} | {accounted:.0f} MB | {freed:.0f} MB | {wake * 1e3:.0f} ms |")
 
 
 if __name__ == "__main__":

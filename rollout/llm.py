@@ -250,12 +250,12 @@ class LLM:
     def weight_version(self) -> int:
         return self.engine.weight_version
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: int = 1) -> int:
         """vLLM's sleep mode: level 1 frees the KV cache and offloads the weights (kept in place on a
         CPU), level 2 discards them too (restored by the next `update_weights`). Returns when the memory
-        is given back; generating raises SleepModeError until `wake_up()`."""
+        is given back (returns its bytes); generating raises SleepModeError until `wake_up()`."""
         with self._lock:
-            self.memory.sleep(level)
+            return self.memory.sleep(level)
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Takes the memory back: `tags` None (all), ["weights"] or ["kv_cache"]; weights first."""

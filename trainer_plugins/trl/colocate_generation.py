@@ -44,11 +44,12 @@ class ColocatedGeneration(RolloutGeneration):
     def _init_vllm(self) -> None:
         self.sampling_params(1, max_tokens=self.max_completion_length or 1 << 30)  # fail fast
         model = self.accelerator.unwrap_model(self.model)
-        why = shares_weights(model, self.engine_config, self._dist.is_zero3 or self._dist.is_fsdp)
+        sharded = self._dist.is_zero3 or self._dist.is_fsdp
+        why = shares_weights(model, self.engine_config, sharded)
         self.shared = why is None
         if why is not None:
             logger.info("colocated engine: its own copy of the weights (%s)", why)
-        self.llm = build_engine_llm(model, self._tokenizer, self.engine_config, self.shared)
+        self.llm = build_engine_llm(model, self._tokenizer, self.engine_config, self.shared, sharded)
         engine = self.llm.engine
         self.shared_weights = SharedWeights(engine.model) if self.shared else None
         self.server_dtype = next(engine.model.parameters()).dtype

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
+from transformers import AutoModelForCausalLM
 
 from rollout import LLM, EngineConfig
 from rollout.engine.model.model_loader import resolve_dtype
@@ -33,7 +34,7 @@ def shares_weights(model: Any, config: EngineConfig, sharded: bool) -> str | Non
     if len(devices) != 1 or len(dtypes) != 1:
         return f"parameters on {len(devices)} devices in {len(dtypes)} dtypes"
     device, dtype = devices.pop(), dtypes.pop()
-    if config.device not in ("auto", str(device)) and torch.device(config.device) != device:
+    if config.device != "auto" and not _same_device(torch.device(config.device), device):
         return f"the engine's device {config.device} differs from the trainer's {device}"
     if config.dtype != "auto" and resolve_dtype(config, device, dtype) != dtype:
         return f"the engine's dtype {config.dtype} differs from the trainer's {dtype}"
@@ -84,16 +85,30 @@ class SharedWeights:
         return moved
 
 
-def build_engine_llm(model: Any, tokenizer: Any, config: EngineConfig, shared: bool) -> LLM:
-    """The process's LLM: over an aliasing copy of `model` (`shared`), or over its own copy of it."""
+def build_engine_llm(model: Any, tokenizer: Any, config: EngineConfig, shared: bool, sharded: bool) -> LLM:
+    """The process's LLM: over an aliasing copy of `model` (`shared`), or over its own copy of it (of its
+    structure only when `sharded`: the first sync, before any generation, writes every gathered weight)."""
     if shared:
         llm = LLM(model=aliasing_copy(model), tokenizer=tokenizer, config=config)
         llm.memory.weights_shared = True  # sleep never frees the trainer's parameters
+        return llm
+    if sharded:  # ZeRO-3 / FSDP: this process holds a shard, the module tree is whole
+        base = model.get_base_model() if is_peft_model(model) else model
+        own = AutoModelForCausalLM.from_config(
+            copy.deepcopy(base.config), dtype=getattr(base.config, "dtype", None)
+        )
+        llm = LLM(model=own.eval().requires_grad_(False), tokenizer=tokenizer, config=config)
+        llm.sleep(level=2)  # the random init never serves: generation is refused until a sync writes
+        llm.wake_up(tags=["weights"])  # every parameter (rollout/engine/sleep/engine_memory.py)
         return llm
     own = copy.deepcopy(model)
     if is_peft_model(own):
         own = own.unload()  # the base weights, without the adapter (merged in by each sync)
     return LLM(model=_plain(own).eval().requires_grad_(False), tokenizer=tokenizer, config=config)
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _plain(model: torch.nn.Module) -> torch.nn.Module:
