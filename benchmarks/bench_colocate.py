@@ -6,7 +6,8 @@ policy (plain SGD, so optimizer state does not drown the difference), and each s
 (prompts x n samples), sleeps the engine, runs the policy's forward and backward over the round and the
 optimizer step, then syncs the weights (shared: a new version over the optimizer's writes; copy:
 `LLM.update_weights`; server: a push over the `shared` transport) and wakes the engine. Printed per mode:
-median weight-sync and step time, peak resident memory (trainer + server), and for sleep levels 1 and 2
+median weight-sync, generation, training and step time, resident memory while generating and at
+peak (trainer + server processes), and for sleep levels 1 and 2
 the resident memory given back and the wake-up time (level 2: the weights written again included).
 
 Usage: python benchmarks/bench_colocate.py [--hidden 512 --layers 8 --vocab 32000 --steps 3]
@@ -189,10 +190,12 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict:
     level = 1 if mode == "colocated-shared" else 2  # shared weights are never freed: only the KV cache
     engine.generate(prompts, params)  # warm-up: first-call costs are no step's
     times: dict[str, list[float]] = {"generate": [], "train": [], "sync": [], "step": []}
+    awake: list[float] = []  # resident memory while generating (engine awake), all processes
     for _ in range(args.steps):
         start = time.perf_counter()
         sequences = engine.generate(prompts, params)
         times["generate"].append(time.perf_counter() - start)
+        awake.append(sum(rss_mb(pid) for pid in engine.pids))
         engine.sleep(level)
         times["train"].append(timed(lambda rows=sequences: train_step(trainer, optimizer, rows)))
         engine.wake_up(["weights"])
@@ -204,7 +207,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict:
     peak = sum(peak_mb(pid) for pid in engine.pids)
     engine.close()
     medians = {f"{name}_s": statistics.median(values) for name, values in times.items()}
-    return dict(mode=mode, peak_mb=peak, level1=level1, level2=level2, **medians)
+    return dict(mode=mode, peak_mb=peak, awake_mb=max(awake), level1=level1, level2=level2, **medians)
 
 
 def main() -> None:
@@ -236,12 +239,12 @@ def main() -> None:
     print(
         f"shape: hidden {args.hidden}, layers {args.layers}, vocab {args.vocab}; {args.prompts} prompts x {args.n}"
     )
-    print("| mode | weight sync | generate | train | step | peak RSS (all processes) |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | weight sync | generate | train | step | RSS generating | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['mode']} | {r['sync_s'] * 1e3:.1f} ms | {r['generate_s']:.2f} s | {r['train_s']:.2f} s | "
-            f"{r['step_s']:.2f} s | {r['peak_mb']:.0f} MB |"
+            f"{r['step_s']:.2f} s | {r['awake_mb']:.0f} MB | {r['peak_mb']:.0f} MB |"
         )
     print("\n| mode | level | engine frees (its account) | resident memory given back | wake-up (+ sync) |")
     print("|---|---|---|---|---|")
