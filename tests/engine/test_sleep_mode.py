@@ -135,3 +135,24 @@ def test_a_model_built_for_the_llm_is_served_from_its_own_storage_again() -> Non
     assert ptr.untyped_storage().nbytes() == 0  # given back, not copied aside
     llm.wake_up()
     assert ptr.untyped_storage().nbytes() == ptr.numel() * 4
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "gpt2"])
+def test_a_hybrid_or_another_family_wakes_up_to_a_fresh_engines_outputs(family: str) -> None:
+    """A hybrid model's recurrent-state snapshots go with the prefix cache; every family's KV pools come back."""
+    from tests.models.zoo import HYBRID, build
+
+    families = {f.model_type: f for f in HYBRID}
+
+    def make() -> LLM:
+        model = build(families[family], seed=1) if family in families else tiny_model(family, seed=1)
+        return LLM(model=model, config=EngineConfig(num_blocks=128))
+
+    fresh = results(make())
+    llm = make()
+    results(llm)
+    llm.sleep(level=2)
+    assert llm.stats()["num_blocks_cached"] == 0 and llm.stats()["num_state_snapshots"] == 0
+    llm.wake_up()
+    llm.update_weights(make().engine.model.state_dict())
+    assert results(llm) == fresh
