@@ -69,6 +69,7 @@ class LLM:
         self._lock = threading.Lock()  # the engine has one driver: concurrent calls take turns
         self._writes = DirectWriteWatch(self.engine.model, self.engine.weight_version)
         self._base_version = self.engine.adapters.base_version  # what this LLM's updates left, or as loaded
+        self.memory = self.engine.memory  # sleep mode (rollout/engine/sleep/)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
@@ -255,6 +256,21 @@ class LLM:
     @property
     def weight_version(self) -> int:
         return self.engine.weight_version
+
+    def sleep(self, level: int = 1) -> int:
+        """vLLM's sleep mode: level 1 frees the KV cache and offloads the weights (kept in place on a
+        CPU), level 2 discards them too (restored by the next `update_weights`). Returns when the memory
+        is given back (returns its bytes); generating raises SleepModeError until `wake_up()`."""
+        with self._lock:
+            return self.memory.sleep(level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Takes the memory back: `tags` None (all), ["weights"] or ["kv_cache"]; weights first."""
+        with self._lock:
+            self.memory.wake_up(tags)
+
+    def is_sleeping(self) -> bool:
+        return self.memory.is_sleeping()
 
     def reset_prefix_cache(self) -> None:
         with self._lock:

@@ -29,9 +29,9 @@ for arg in "$@"; do
     --cpu-dry-run) DRY=(--dry-run) ;;
     --call) want=call ;;
     --seconds) want=seconds ;;
-    a|b|c|h|l|d1|d2|e) PHASES+=("$arg") ;;
+    a|b|c|h|l|d1|d2|e|s) PHASES+=("$arg") ;;
     d) PHASES+=(d1 d2) ;;
-    *) echo "gpu_suite.sh: unknown argument '$arg' (phases: a b c h l d d1 d2 e; --call 1|2; --seconds N; --cpu-dry-run)" >&2; exit 2 ;;
+    *) echo "gpu_suite.sh: unknown argument '$arg' (phases: a b c h l d d1 d2 e s; --call 1|2; --seconds N; --cpu-dry-run)" >&2; exit 2 ;;
   esac
 done
 [ -n "$want" ] && { echo "gpu_suite.sh: --$want takes a value" >&2; exit 2; }

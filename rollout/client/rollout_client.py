@@ -265,6 +265,20 @@ class RolloutClient:
         for stub in self.stubs.values():
             self._call(stub.Resume, pb.ResumeRequest())
 
+    def sleep(self, level: int = 1, abort_running: bool = False, timeout: float | None = None) -> int:
+        """vLLM's sleep mode on every server (rpc Sleep); returns the bytes they freed in all."""
+        request = pb.SleepRequest(level=level, abort_running=abort_running)
+        return sum(self._call(s.Sleep, request, timeout).bytes_freed for s in self.stubs.values())
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Every server takes its memory back: `tags` "weights" and/or "kv_cache" (None: both)."""
+        for stub in self.stubs.values():
+            self._call(stub.WakeUp, pb.WakeUpRequest(tags=tags or []))
+
+    def is_sleeping(self, address: str | None = None) -> bool:
+        stub = self.stubs[address or self.addresses[0]]
+        return self._call(stub.IsSleeping, pb.IsSleepingRequest()).is_sleeping
+
     def metrics(self, address: str | None = None) -> str:
         stub = self.stubs[address or self.addresses[0]]
         return self._call(stub.GetMetrics, pb.GetMetricsRequest()).prometheus_text

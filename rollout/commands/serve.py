@@ -52,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="unfinished requests before RESOURCE_EXHAUSTED (default 4096)",
     )
     parser.add_argument(
+        "--sleep-requests",
+        choices=("wait", "refuse"),
+        default="wait",
+        help="requests sent while the engine sleeps (rpc Sleep, POST /sleep) wait for wake-up, or are "
+        "refused with UNAVAILABLE / 503 (default wait); sleep mode costs nothing until used",
+    )
+    parser.add_argument(
         "--max-generate-calls",
         type=positive_int,
         default=256,
@@ -133,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
     hooks, names = _weight_sync(args.weight_idle_timeout)
     try:
         server = RolloutServer(
-            EngineLoop(engine, max_pending_requests=args.max_queue, grammar_limits=compile_limits(args)),
+            EngineLoop(
+                engine,
+                max_pending_requests=args.max_queue,
+                grammar_limits=compile_limits(args),
+                sleep_requests=args.sleep_requests,
+            ),
             host=args.host,
             port=args.port,
             token=args.token,

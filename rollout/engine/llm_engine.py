@@ -31,6 +31,7 @@ from rollout.engine.sample.empty_rows import log_no_token
 from rollout.engine.sample.sampler import Sampler, SampleRow
 from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
+from rollout.engine.sleep.engine_memory import EngineMemory
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.versions.resume import resume_into
 from rollout.ops.host_to_device import to_device
@@ -82,15 +83,9 @@ class LLMEngine:
         self.limits = RequestLimits(
             self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
-        self.model_info = ModelInfo.of(
-            self.model,
-            model_name,
-            self.max_model_len,
-            self.vocab_size,
-            self.eos_token_ids,
-            self.config.block_size,
-            self.local_runner.num_blocks,
-        )
+        shape = (self.max_model_len, self.vocab_size, self.eos_token_ids, self.config.block_size)
+        self.model_info = ModelInfo.of(self.model, model_name, *shape, self.local_runner.num_blocks)
+        self.memory = EngineMemory(self)  # sleep mode: what memory it holds, given back (sleep/)
         self.requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
         self._seq_ids = itertools.count()
@@ -123,6 +118,7 @@ class LLMEngine:
         `stream`: its samples' new tokens are kept for `engine.streamed.take()` after each step."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
+        self.memory.check_can_generate()  # never queued into a sleeping engine (sleep/engine_memory.py)
         self.validate_request(prompt_token_ids, params, resume)
         params = admitted_params(params, self.tokenizer, self.config.logprobs_mode)
         arrival, version = next(self._arrivals), self.weights.version
@@ -301,6 +297,7 @@ class LLMEngine:
         """
         policy = InFlightPolicy(in_flight, self.config.max_staleness)
         policy.check_idle(self.has_unfinished_requests())
+        self.memory.check_can_update()
         version = self.weights.update(named_tensors, version, lora, base_version)
         self._apply_in_flight(policy.plan(list(self.requests.values()), version))
         return version

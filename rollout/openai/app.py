@@ -26,6 +26,7 @@ from rollout.openai.guard import Guard
 from rollout.openai.requests.schemas import ChatCompletionRequest, CompletionRequest
 from rollout.openai.requests.served_names import ModelNotFoundError
 from rollout.openai.responses_routes import register_responses
+from rollout.openai.sleep_routes import add_sleep_routes
 from rollout.openai.streaming.choice_stream import StreamMismatchError
 from rollout.openai.streaming.sse import sse, stream_chunks
 from rollout.server.loop_errors import LoopError
@@ -69,6 +70,7 @@ def build_app(frontend: Frontend, metrics: Metrics, token: str | None, max_body_
         return await _generate(frontend, req, request, "cmpl", write_completion)
 
     register_responses(app, frontend)  # /v1/responses (responses_routes.py)
+    add_sleep_routes(app, frontend)  # vLLM's /sleep, /wake_up, /is_sleeping
     return Guard(app, token, max_body_bytes)
 
 

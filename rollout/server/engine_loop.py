@@ -42,6 +42,7 @@ class EngineLoop:
         finished_cache_size: int = 4096,
         fair_share: bool = True,
         grammar_limits: CompileLimits | None = DEFAULT_LIMITS,
+        sleep_requests: str = "wait",
     ):
         self.engine = engine
         if grammar_limits is not None:  # structured outputs compile in bounded workers (compile_pool.py)
@@ -64,6 +65,8 @@ class EngineLoop:
         self._draining = False
         self._stopped = False
         self._engine_busy = False
+        # While the engine sleeps, requests "wait" in the queue or are refused ("refuse": UNAVAILABLE).
+        self.sleep_requests = sleep_requests
         self._stats: dict[str, int | float] = engine.stats()
         self._thread = threading.Thread(target=self._run, name="rollout-engine-loop", daemon=True)
 
@@ -104,7 +107,8 @@ class EngineLoop:
 
     @property
     def accepting(self) -> bool:
-        return not (self._paused or self._draining or self._stopped)
+        asleep = self.sleep_requests == "refuse" and self.engine.memory.is_sleeping()
+        return not (self._paused or self._draining or self._stopped or asleep)
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -138,7 +142,7 @@ class EngineLoop:
     def _check_accepting_locked(self) -> None:
         if not self.accepting:
             self.counters["rejected_unavailable"] += 1
-            state = "paused" if self._paused else "draining"
+            state = "paused" if self._paused else "draining" if self._draining else "asleep"
             raise NotAcceptingError(f"the server is {state} and not accepting requests")
 
     def _check_admission_locked(self, submissions: list[Submission]) -> None:
@@ -277,7 +281,8 @@ class EngineLoop:
         )
 
     def _admitting(self) -> bool:
-        return not self._paused and self._jobs.next_exclusive() is None
+        serving = self.engine.memory.serving()  # asleep: requests wait for wake-up (and weights)
+        return not self._paused and serving and self._jobs.next_exclusive() is None
 
     def _take_work_locked(self) -> tuple[list[Tracked], list[str], list[Job]]:
         admit: list[Tracked] = []

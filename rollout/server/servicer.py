@@ -14,6 +14,7 @@ import grpc
 import rollout
 from rollout.detokenize.finish_text import finish_text
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
+from rollout.engine.sleep.engine_memory import SleepModeError
 from rollout.outputs import CompletionOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_from_proto
@@ -40,6 +41,7 @@ from rollout.server.loop_errors import (
 )
 from rollout.server.metrics import Metrics
 from rollout.server.retry_after import abort_retry_later
+from rollout.server.sleep_control import sleep, sleep_state, wake_up
 from rollout.structured_outputs.compile_pool import CompilersBusyError
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
@@ -47,6 +49,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 # Most specific first: NoChatTemplateError is a ValueError.
 _STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (NoChatTemplateError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SleepModeError, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (QueueFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotAcceptingError, grpc.StatusCode.UNAVAILABLE),
@@ -244,14 +247,38 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self.loop.resume()
         return pb.ResumeResponse()
 
+    def Sleep(self, request: pb.SleepRequest, context: grpc.ServicerContext) -> pb.SleepResponse:
+        level, timeout = request.level or 1, deadline_seconds(context)
+        freed = self._answer(context, lambda: sleep(self.loop, level, request.abort_running, timeout))
+        return pb.SleepResponse(bytes_freed=freed)
+
+    def WakeUp(self, request: pb.WakeUpRequest, context: grpc.ServicerContext) -> pb.WakeUpResponse:
+        tags = list(request.tags) or None
+        self._answer(context, lambda: wake_up(self.loop, tags, deadline_seconds(context)))
+        return pb.WakeUpResponse()
+
+    def IsSleeping(
+        self, request: pb.IsSleepingRequest, context: grpc.ServicerContext
+    ) -> pb.IsSleepingResponse:
+        state = self._answer(context, lambda: sleep_state(self.loop, deadline_seconds(context)))
+        return pb.IsSleepingResponse(
+            is_sleeping=state.is_sleeping,
+            level=state.level,
+            sleeping_tags=state.sleeping_tags,
+            awaiting_weights=state.awaiting_weights,
+        )
+
     def GetMetrics(
         self, request: pb.GetMetricsRequest, context: grpc.ServicerContext
     ) -> pb.GetMetricsResponse:
         return pb.GetMetricsResponse(prometheus_text=self.metrics.render())
 
     def _control(self, context: grpc.ServicerContext, action) -> None:
+        self._answer(context, action)
+
+    def _answer(self, context: grpc.ServicerContext, action):  # noqa: ANN202 - action's result
         try:
-            action()
+            return action()
         except Exception as exc:
             abort_with(context, exc)
 

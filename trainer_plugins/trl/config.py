@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.config import EngineConfig
+
 TRANSPORTS = ("grpc", "distributed", "disk")
 IN_FLIGHT_POLICIES = ("wait", "abort", "keep", "recompute")
 TRAINED_POLICIES = ("processed", "unprocessed")
@@ -57,6 +59,8 @@ class RolloutConfig:
     `adapter_pushes`: with a PEFT LoRA policy, push only the adapter each step (the base weights
     with it on the first push and after a server restart); False pushes the merged weights every
     step (adapter_pushes.py).
+    `engine`: with GRPOConfig(vllm_mode="colocate"), the in-process engine's settings (None: from GRPOConfig's
+    vllm_gpu_memory_utilization and vllm_max_model_length); its seed is offset by the process index.
     """
 
     server: str | list[str] = "127.0.0.1:50051"
@@ -74,6 +78,7 @@ class RolloutConfig:
     async_generation: bool = False
     max_lag: int = 1
     adapter_pushes: bool = True
+    engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
         servers = [self.server] if isinstance(self.server, str) else list(self.server)

@@ -15,6 +15,8 @@ from typing import Any
 from trl import GRPOConfig, GRPOTrainer
 
 from .async_rounds import AsyncRounds
+from .colocate_checks import check_colocate_settings, is_colocate
+from .colocate_generation import ColocatedGeneration
 from .config import RolloutConfig
 from .generation import RolloutGeneration
 from .processed_logps import per_token_logps
@@ -24,11 +26,12 @@ logger = logging.getLogger(__name__)
 
 
 class RolloutGRPOTrainer(GRPOTrainer):
-    """A `GRPOTrainer` whose rollouts come from a `rollout` server.
+    """A `GRPOTrainer` whose rollouts come from a `rollout` server, or from an engine in each training
+    process with `GRPOConfig(use_vllm=True, vllm_mode="colocate")` (colocate_generation.py).
 
-    Takes every GRPOTrainer argument plus `rollout_config`. `use_vllm`/`vllm_mode` in the
-    GRPOConfig are ignored (a vLLM server-mode config works unchanged); the
-    `vllm_importance_sampling_*` options apply to rollout's logprobs.
+    Takes every GRPOTrainer argument plus `rollout_config`. Otherwise `use_vllm`/`vllm_mode` are
+    ignored (a vLLM server-mode config works unchanged); the `vllm_importance_sampling_*` options
+    apply to rollout's logprobs.
     """
 
     def __init__(
@@ -40,15 +43,22 @@ class RolloutGRPOTrainer(GRPOTrainer):
         rollout_config: RolloutConfig | None = None,
         **trainer_kwargs: Any,
     ) -> None:
-        if args is not None:
-            check_vllm_mode_settings(args)  # before anything is built: an error means nothing changed
+        rollout_config = rollout_config or RolloutConfig()
+        colocate = is_colocate(args)
+        if args is not None:  # before anything is built: an error means nothing changed
+            check_vllm_mode_settings(args)
+            if colocate:
+                check_colocate_settings(args, rollout_config)
         super().__init__(model, reward_funcs, _without_vllm(args), *trainer_args, **trainer_kwargs)
-        self.rollout_config = rollout_config or RolloutConfig()
+        self.rollout_config = rollout_config
         # TRL's vLLM server-mode paths (weight sync per step, IS correction) now call our backend.
         self.use_vllm = True
         self.vllm_mode = "server"
         self._last_loaded_step = -1
-        self.vllm_generation = RolloutGeneration(self, self.rollout_config)
+        backend = (
+            ColocatedGeneration if colocate else RolloutGeneration
+        )  # colocate: an engine in this process
+        self.vllm_generation = backend(self, self.rollout_config)
         self.async_rounds = self._async_rounds() if self.rollout_config.async_generation else None
         self.vllm_generation.async_rounds = self.async_rounds
 

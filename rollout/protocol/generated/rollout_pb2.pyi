@@ -390,6 +390,46 @@ class ResumeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class SleepRequest(_message.Message):
+    __slots__ = ("level", "abort_running")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ABORT_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    level: int
+    abort_running: bool
+    def __init__(self, level: _Optional[int] = ..., abort_running: _Optional[bool] = ...) -> None: ...
+
+class SleepResponse(_message.Message):
+    __slots__ = ("bytes_freed",)
+    BYTES_FREED_FIELD_NUMBER: _ClassVar[int]
+    bytes_freed: int
+    def __init__(self, bytes_freed: _Optional[int] = ...) -> None: ...
+
+class WakeUpRequest(_message.Message):
+    __slots__ = ("tags",)
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tags: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WakeUpResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IsSleepingRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IsSleepingResponse(_message.Message):
+    __slots__ = ("is_sleeping", "level", "sleeping_tags", "awaiting_weights")
+    IS_SLEEPING_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SLEEPING_TAGS_FIELD_NUMBER: _ClassVar[int]
+    AWAITING_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    is_sleeping: bool
+    level: int
+    sleeping_tags: _containers.RepeatedScalarFieldContainer[str]
+    awaiting_weights: bool
+    def __init__(self, is_sleeping: _Optional[bool] = ..., level: _Optional[int] = ..., sleeping_tags: _Optional[_Iterable[str]] = ..., awaiting_weights: _Optional[bool] = ...) -> None: ...
+
 class GetMetricsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -80,6 +80,21 @@ class RolloutServiceStub:
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.ScoreRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.Sleep = channel.unary_unary(
+                '/rollout.v1.RolloutService/Sleep',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.SleepRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.SleepResponse.FromString,
+                _registered_method=True)
+        self.WakeUp = channel.unary_unary(
+                '/rollout.v1.RolloutService/WakeUp',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.WakeUpRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.WakeUpResponse.FromString,
+                _registered_method=True)
+        self.IsSleeping = channel.unary_unary(
+                '/rollout.v1.RolloutService/IsSleeping',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.IsSleepingRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.IsSleepingResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServiceServicer:
@@ -155,6 +170,34 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sleep(self, request, context):
+        """vLLM's sleep mode: gives the engine's memory back between rollout rounds (a trainer on the same
+        device). Waits for running requests to finish (or aborts them), then frees the KV cache and the
+        prefix cache, and moves the weights off the device (level 1) or discards them (level 2: the next
+        weight update restores them). Requests sent while asleep wait for WakeUp (or are refused with
+        UNAVAILABLE under `rollout serve --sleep-requests refuse`). INVALID_ARGUMENT: a bad level;
+        FAILED_PRECONDITION: already asleep, or sleep is not supported here (the message says why);
+        DEADLINE_EXCEEDED: running requests outlived the deadline (nothing was freed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WakeUp(self, request, context):
+        """Takes memory back: the weights, then the KV cache (tags: "weights", "kv_cache"; none = both).
+        After level 2, requests wait until a weight update has written every parameter again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IsSleeping(self, request, context):
+        """Whether the engine sleeps, at which level, and which tags.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +245,21 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.Score,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.ScoreRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.ScoreResponse.SerializeToString,
+            ),
+            'Sleep': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sleep,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.SleepRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.SleepResponse.SerializeToString,
+            ),
+            'WakeUp': grpc.unary_unary_rpc_method_handler(
+                    servicer.WakeUp,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.WakeUpRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.WakeUpResponse.SerializeToString,
+            ),
+            'IsSleeping': grpc.unary_unary_rpc_method_handler(
+                    servicer.IsSleeping,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.IsSleepingRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.IsSleepingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +506,87 @@ class RolloutService:
             '/rollout.v1.RolloutService/Score',
             rollout_dot_v1_dot_rollout__pb2.ScoreRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sleep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/Sleep',
+            rollout_dot_v1_dot_rollout__pb2.SleepRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.SleepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WakeUp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/WakeUp',
+            rollout_dot_v1_dot_rollout__pb2.WakeUpRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.WakeUpResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IsSleeping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/IsSleeping',
+            rollout_dot_v1_dot_rollout__pb2.IsSleepingRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.IsSleepingResponse.FromString,
             options,
             channel_credentials,
             insecure,
