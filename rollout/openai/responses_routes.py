@@ -26,6 +26,7 @@ from rollout.openai.responses_api.response_store import ResponseNotFoundError, R
 from rollout.openai.responses_api.schemas import ResponsesRequest
 from rollout.openai.responses_api.to_chat import ChatPlan, to_chat
 from rollout.openai.streaming.choice_stream import StreamMismatchError
+from rollout.server.handle import RequestHandle
 from rollout.server.loop_errors import LoopError
 
 CLIENT_CLOSED = 499
@@ -68,7 +69,9 @@ async def _create(
             events = ResponseEvents(head, req.logprobs)
             chunks = frontend.deltas(handle, prepared, True, counted)
             body = _stream(
-                events, chunks, lambda reply: _finish(store, req, plan, prepared, head, reply, counted)
+                events,
+                chunks,
+                lambda reply: _finish(store, req, plan, prepared, head, reply, counted, handle),
             )
             streaming = True  # the response releases the slot when it ends
             return ReleasingStreamingResponse(body, release, media_type="text/event-stream")
@@ -78,7 +81,9 @@ async def _create(
             release()
     if choices is None:
         return Response(status_code=CLIENT_CLOSED)
-    return JSONResponse(_finish(store, req, plan, prepared, head, Reply.of_choice(choices[0]), counted))
+    return JSONResponse(
+        _finish(store, req, plan, prepared, head, Reply.of_choice(choices[0]), counted, handle)
+    )
 
 
 def _finish(
@@ -89,10 +94,11 @@ def _finish(
     head: dict[str, Any],
     reply: Reply,
     counted: list[int],
+    handle: RequestHandle,
 ) -> dict[str, Any]:
     """The finished Response, stored unless `store: false`."""
     prompt_ids = list(prepared.submissions[0].prompt_token_ids)
-    usage = usage_of(prepared, counted)
+    usage = usage_of(prepared, counted, handle)
     wants_ids = req.return_token_ids is not False
     response = finished_response(head, reply, usage, prompt_ids, prepared.extensions, wants_ids)
     if req.stored:
