@@ -22,6 +22,9 @@ from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
+from rollout.multimodal.llm_images import image_prompts
+from rollout.multimodal.mm_inputs import MultiModalInputs
+from rollout.multimodal.prompt_dicts import has_multi_modal_data
 from rollout.outputs import RequestOutput
 from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
@@ -89,6 +92,9 @@ class LLM:
         params = params_or_sampling_params(params, sampling_params)
         if isinstance(prompts, str):
             prompts = [prompts]
+        if isinstance(prompts, (list, tuple)) and any(has_multi_modal_data(p) for p in prompts):
+            ids, texts, images = image_prompts(self, prompts)  # rollout/multimodal/llm_images.py
+            return self._generate_ids(ids, params, texts, use_tqdm, images)
         token_prompts = self._tokenize(prompts)
         texts = [p if isinstance(p, str) else None for p in prompts]
         return self._generate_ids(token_prompts, params, texts, use_tqdm)
@@ -136,7 +142,12 @@ class LLM:
         return [score_output(output, top_logprobs) for output in outputs]
 
     def _generate_ids(
-        self, token_prompts: list[list[int]], params: Params, texts: list[str | None], use_tqdm: bool
+        self,
+        token_prompts: list[list[int]],
+        params: Params,
+        texts: list[str | None],
+        use_tqdm: bool,
+        images: Sequence[MultiModalInputs | None] | None = None,
     ) -> list[RequestOutput]:
         per_prompt = _params_per_prompt(params, len(token_prompts))
         with self._lock:
@@ -145,7 +156,8 @@ class LLM:
                 self.engine.validate_request(ids, p)
             request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
             for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
-                self.engine.add_request(request_id, ids, per_prompt[i], texts[i])
+                mm = images[i] if images is not None else None
+                self.engine.add_request(request_id, ids, per_prompt[i], texts[i], multi_modal=mm)
             return self._run(request_ids, use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:

@@ -33,6 +33,8 @@ from rollout.engine.sample.token_counts import TokenCounts, needs_token_counts
 from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.versions.resume import resume_into
+from rollout.engine.vision.vision_model import check_multi_modal, split_processor
+from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.ops.host_to_device import to_device
 from rollout.outputs import PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -52,13 +54,13 @@ class LLMEngine:
         model_name: str | None = None,
         runner_factory: RunnerFactory = single_device,
     ) -> None:
-        """`runner_factory` receives the local `ModelRunner` once it is built and self-checked, and returns
-        the runner every step goes through (rollout/engine/runner.py); the engine never swaps it."""
+        """`tokenizer`: or a processor (with images); `runner_factory` wraps the built, self-checked local
+        `ModelRunner` into the runner every step goes through (engine/runner.py); it is never swapped."""
         self.config = config or EngineConfig()
         self.model = model_loader.prepare_model(model, self.config)
-        self.tokenizer = tokenizer
+        self.tokenizer, self.images = split_processor(self.model, tokenizer)  # images: vision/vision_model.py
         self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
-        self.stop_strings = StopStrings(tokenizer)  # checked here, or collected for a thread that checks them
+        self.stop_strings = StopStrings(self.tokenizer)  # checked here, or collected for a checking thread
         self.streamed = StreamedTokens()  # new tokens of requests added with stream=True
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         # The local runner stays for the update self-check (single device only: TP refuses that option).
@@ -76,9 +78,9 @@ class LLMEngine:
         )
         self.adapters: AdapterStore = self.weights.adapters
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
+        self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, self.tokenizer))
         self.sampler = Sampler(self.config.seed, self.eos_token_ids)
-        self.grammars = RequestGrammars(tokenizer, self.vocab_size, self.eos_token_ids)
+        self.grammars = RequestGrammars(self.tokenizer, self.vocab_size, self.eos_token_ids)
         self.limits = RequestLimits(
             self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
@@ -95,12 +97,9 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._seq_ids = itertools.count()
         self._aborted: list[RequestOutput] = []
-        self._num_generated_tokens = 0
-        self._num_requests_finished = 0
+        self._num_generated_tokens = self._num_requests_finished = 0
         self.in_flight_totals = InFlightReport()
         self.last_in_flight = InFlightReport()
-
-    # ---- requests ---------------------------------------------------------------------------
 
     def validate_request(
         self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample | None = None
@@ -117,16 +116,17 @@ class LLMEngine:
         prompt: str | None = None,
         resume: PartialSample | None = None,
         stream: bool = False,
+        multi_modal: MultiModalInputs | None = None,
     ) -> None:
-        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/versions/resume.py).
-
-        `stream`: its samples' new tokens are kept for `engine.streamed.take()` after each step."""
+        """Queues a request; with `resume`, it continues that partial sample (engine/versions/resume.py);
+        `stream`: new tokens kept for `engine.streamed.take()`; `multi_modal`: its images (engine/vision/)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.validate_request(prompt_token_ids, params, resume)
         params = with_bad_words_tokenized(params, self.tokenizer)  # the server's RPC threads did it already
         arrival, version = next(self._arrivals), self.weights.version
         request = Request(request_id, list(prompt_token_ids), params, arrival, version, prompt, stream=stream)
+        request.multi_modal = check_multi_modal(self.images, multi_modal, request.prompt_token_ids)
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
         if resume is not None:
             resume_into(request.sequences[0], resume)

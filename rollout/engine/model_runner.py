@@ -22,6 +22,7 @@ from rollout.engine.kv.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blo
 from rollout.engine.model import model_guard, self_check
 from rollout.engine.model.derived_positions import derives_positions, position_inputs
 from rollout.engine.scheduler import SchedulerOutput
+from rollout.engine.vision.image_embeddings import ImageEmbeddings
 from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.backends import get_backend
@@ -50,6 +51,7 @@ class ModelRunner:
         self.scratch_slot = num_blocks * block_size
         self.decode_graphs: DecodeGraphs | None = None
         self.derives_positions = derives_positions(model)
+        self.images = ImageEmbeddings.of(model)  # an image-text model's: features at image tokens
 
     def enable_decode_graphs(self, max_num_seqs: int, max_model_len: int, capture: bool) -> bool:
         """Routes pure-decode steps through padded static buffers; `capture` records CUDA graphs of them.
@@ -68,9 +70,13 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput) -> torch.Tensor:
         """Computes the scheduled tokens' KV and returns fp32 logits [R, vocab] of the sampling rows."""
         copy_blocks(self.kv_caches, sched.blocks_to_copy)
-        if self.decode_graphs is not None and self.decode_graphs.can_run(sched):
+        items = [(item.seq, item.num_new_tokens) for item in sched.scheduled] if self.images else []
+        images = self.images is not None and self.images.needed(items)
+        if not images and self.decode_graphs is not None and self.decode_graphs.can_run(sched):
             return self.decode_graphs.run(sched)
         inputs = prepare_inputs(sched, self.block_size, self.device)
+        if images:
+            inputs.inputs_embeds = self.images.embed(items, inputs.input_ids, sched.weight_version)
         if self.states is None:
             return self.forward(inputs)
         slots = [
@@ -85,7 +91,7 @@ class ModelRunner:
         context = ForwardContext(self.kv_caches, inputs.meta, self.backend)
         with forward_context(context):
             out = self.model(
-                input_ids=inputs.input_ids,
+                **inputs.token_inputs(),
                 position_ids=inputs.position_ids,
                 logits_to_keep=inputs.logits_indices,
                 use_cache=False,

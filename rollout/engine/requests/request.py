@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    import torch
+
     from rollout.detokenize.sample_text import SampleText
     from rollout.engine.sample.token_counts import TokenCounts
+    from rollout.multimodal.mm_inputs import MultiModalInputs
     from rollout.structured_outputs.grammar_state import GrammarState
 
 
@@ -38,6 +41,10 @@ class Request:
         None  # with structured_outputs: the compiled grammar (rollout/structured_outputs/)
     )
     stream: bool = False  # each step's new tokens are recorded for the caller (engine/output/token_stream.py)
+    # With images: the processed prompt (rollout/multimodal/), and its encoder features with the weight
+    # version that computed them (engine/vision/image_embeddings.py), kept until the request finishes.
+    multi_modal: MultiModalInputs | None = None
+    image_features: tuple[int, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
