@@ -76,7 +76,10 @@ class ModelRunner:
             return self.decode_graphs.run(sched)
         inputs = prepare_inputs(sched, self.block_size, self.device)
         if images:
-            inputs.inputs_embeds = self.images.embed(items, inputs.input_ids, sched.weight_version)
+            ids, positions = inputs.input_ids, inputs.position_ids
+            inputs.inputs_embeds, inputs.position_ids = self.images.inputs(
+                items, ids, positions, sched.weight_version
+            )
         if self.states is None:
             return self.forward(inputs)
         slots = [

@@ -19,6 +19,7 @@ class ImageFamily:
     encoder_keys: tuple[str, ...]  # the processor's tensors `get_image_features` takes
     # (model config, encoder inputs) -> each image's number of feature tokens, in order
     tokens_per_image: Callable[[object, dict[str, torch.Tensor]], list[int]]
+    mrope: bool = False  # 3-D positions (temporal, height, width) from the model's get_rope_index
 
 
 def image_token_id(config: object) -> int:
@@ -40,14 +41,23 @@ def _llava_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
     return [count] * pixels.shape[0]
 
 
-SERVED = {"llava": ImageFamily("llava", ("pixel_values",), _llava_tokens)}
+def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
+    """One token per merged patch group: t * h * w / merge**2 (Qwen2VLProcessor's expansion)."""
+    merge = config.vision_config.spatial_merge_size
+    return (inputs["image_grid_thw"].prod(-1) // merge**2).tolist()
+
+
+_QWEN_KEYS = ("pixel_values", "image_grid_thw")
+SERVED = {
+    "llava": ImageFamily("llava", ("pixel_values",), _llava_tokens),
+    "qwen2_vl": ImageFamily("qwen2_vl", _QWEN_KEYS, _qwen_vl_tokens, mrope=True),
+    "qwen2_5_vl": ImageFamily("qwen2_5_vl", _QWEN_KEYS, _qwen_vl_tokens, mrope=True),
+}
 
 _CAUSAL = "the engine's paged attention is causal"
 REFUSED = {
     "gemma3": "its image tokens attend to each other in both directions (token_type_ids make the mask "
     f"bidirectional inside an image); {_CAUSAL}",
-    "qwen2_vl": "its M-RoPE (3-D positions from image_grid_thw) is not derived by the engine yet",
-    "qwen2_5_vl": "its M-RoPE (3-D positions from image_grid_thw) is not derived by the engine yet",
     "qwen3_vl": "its M-RoPE (3-D positions) and DeepStack features added inside the language model's layers "
     "are not implemented by the engine yet",
     "llava_next": "its images are tiled at any resolution (image_sizes -> a variable token count with "

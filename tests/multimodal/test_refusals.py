@@ -3,18 +3,20 @@ with the reason), video and audio inputs, images for a text model, placeholders 
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import (
     Gemma3Config,
     Gemma3ForConditionalGeneration,
-    Qwen2VLConfig,
-    Qwen2VLForConditionalGeneration,
     SiglipVisionConfig,
 )
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.engine.model.model_guard import UnsupportedModelError
+from rollout.multimodal.families import REFUSED, served_family
 from tests.builders import tiny_llm
 from tests.multimodal.vlm_builders import llava_processor, random_image, tiny_llava
 
@@ -32,20 +34,17 @@ def tiny_gemma3() -> Gemma3ForConditionalGeneration:
     return Gemma3ForConditionalGeneration(config).eval()
 
 
-def tiny_qwen2_vl() -> Qwen2VLForConditionalGeneration:
-    vision = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=14, spatial_merge_size=2)
-    text = dict(TEXT, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
-    torch.manual_seed(0)
-    return Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision)).eval()
+def test_an_unserved_family_is_refused_at_load_by_name() -> None:
+    with pytest.raises(UnsupportedModelError, match=r"model_type 'gemma3' is not served: .*bidirectional"):
+        LLM(model=tiny_gemma3(), config=EngineConfig(num_blocks=64))
 
 
-@pytest.mark.parametrize(
-    ("build", "named", "cause"),
-    [(tiny_gemma3, "gemma3", "bidirectional"), (tiny_qwen2_vl, "qwen2_vl", "M-RoPE")],
-)
-def test_unserved_families_are_refused_at_load_by_name(build, named: str, cause: str) -> None:
-    with pytest.raises(UnsupportedModelError, match=rf"(?s)model_type '{named}' is not served: .*{cause}"):
-        LLM(model=build(), config=EngineConfig(num_blocks=64))
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_every_refused_family_names_its_cause(model_type: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"model_type '{model_type}' is not served: {re.escape(REFUSED[model_type])}"
+    ):
+        served_family(SimpleNamespace(model_type=model_type))
 
 
 def test_video_and_audio_inputs_are_refused_by_name() -> None:

@@ -20,6 +20,7 @@ from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
 from rollout.engine.model.model_guard import check_stateful_layers
 from rollout.engine.model.shared_attention import index_shared_attention
 from rollout.engine.vision.vision_model import check_image_model
+from rollout.multimodal.processor_parts import ImageTextProcessor
 from rollout.hf import attention as hf_attention
 from rollout.hf import fused_modules
 from rollout.hf.attention_scope import set_engine_attention, uses_engine_attention
@@ -99,7 +100,7 @@ def resolve_tokenizer(
     tokenizer: TokenizerArg, model_path: str | os.PathLike | None = None
 ) -> PreTrainedTokenizerBase | None:
     """A tokenizer object as given; a path the user named must load; the model's own directory may lack one."""
-    if isinstance(tokenizer, (PreTrainedTokenizerBase, ProcessorMixin)):  # a processor: an image-text model's
+    if isinstance(tokenizer, (PreTrainedTokenizerBase, ProcessorMixin, ImageTextProcessor)):  # with images
         return tokenizer
     if tokenizer is not None:
         try:

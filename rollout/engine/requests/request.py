@@ -45,6 +45,7 @@ class Request:
     # version that computed them (engine/vision/image_embeddings.py), kept until the request finishes.
     multi_modal: MultiModalInputs | None = None
     image_features: tuple[int, torch.Tensor] | None = None
+    mrope: tuple[torch.Tensor, int] | None = None  # M-RoPE: the prompt's [3, L] positions, the decode delta
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:

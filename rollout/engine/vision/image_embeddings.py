@@ -14,22 +14,42 @@ import torch
 from transformers import PreTrainedModel
 
 from rollout.engine.requests.request import Request, Sequence
-from rollout.engine.vision.vision_model import encode_images, is_image_text_model
+from rollout.engine.vision.mrope import MRopePositions
+from rollout.engine.vision.vision_model import check_image_model, encode_images
+from rollout.multimodal.families import image_token_id
 
 
 class ImageEmbeddings:
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, mrope: bool) -> None:
         self.model = model
         self.embed_tokens = model.get_input_embeddings()
+        self.mrope = MRopePositions(model, image_token_id(model.config)) if mrope else None
         self.num_encoder_runs = 0
 
     @classmethod
     def of(cls, model: PreTrainedModel) -> ImageEmbeddings | None:
-        return cls(model) if is_image_text_model(model) else None
+        family = check_image_model(model)
+        return cls(model, family.mrope) if family is not None else None
 
     def needed(self, items: list[tuple[Sequence, int]]) -> bool:
-        """Whether any (sequence, new tokens) of the step computes an image token."""
+        """Whether the step computes an image token, or (M-RoPE) any token of a prompt with images."""
+        if self.mrope is not None:
+            return any(seq.request.multi_modal is not None for seq, _ in items)
         return any(_image_rows(seq, n)[1] for seq, n in items)
+
+    def inputs(
+        self,
+        items: list[tuple[Sequence, int]],
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        version: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The step's inputs_embeds (None without image tokens) and position ids (3-D with M-RoPE)."""
+        embeds = (
+            self.embed(items, input_ids, version) if any(_image_rows(s, n)[1] for s, n in items) else None
+        )
+        positions = self.mrope.positions(items, position_ids) if self.mrope is not None else position_ids
+        return embeds, positions
 
     def embed(self, items: list[tuple[Sequence, int]], input_ids: torch.Tensor, version: int) -> torch.Tensor:
         """[1, T, hidden]: the packed step's embeddings (`input_ids` [1, T], in the order of `items`)."""
