@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -19,11 +20,11 @@ from rollout.config import EngineConfig
 from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
 from rollout.engine.model.model_guard import check_stateful_layers
 from rollout.engine.model.shared_attention import index_shared_attention
-from rollout.engine.vision.vision_model import check_image_model
-from rollout.multimodal.processor_parts import ImageTextProcessor
+from rollout.engine.vision.vision_model import check_image_model, takes_images
 from rollout.hf import attention as hf_attention
 from rollout.hf import fused_modules
 from rollout.hf.attention_scope import set_engine_attention, uses_engine_attention
+from rollout.multimodal.processor_parts import ImageTextProcessor, load_processor
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -91,8 +92,13 @@ def load_pretrained(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """The model at `path` on the configured device/dtype, and its tokenizer (see `resolve_tokenizer`)."""
     device = resolve_device(config)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    images = takes_images(path)  # an image-text-to-text model: its processor too (vision/vision_model.py)
+    model = (AutoModelForImageTextToText if images else AutoModelForCausalLM).from_pretrained(
+        path, dtype="auto"
+    )
     model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
+    if images and tokenizer is None:
+        return model, load_processor(path)
     return model, resolve_tokenizer(tokenizer, path)
 
 

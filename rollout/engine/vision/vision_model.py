@@ -4,10 +4,11 @@ encoder run (the model's own `get_image_features`, unmodified: vision tower, fea
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 
 from rollout.engine.model.model_guard import UnsupportedModelError
 from rollout.multimodal.families import ImageFamily, served_family
@@ -17,6 +18,11 @@ from rollout.multimodal.mm_inputs import MultiModalInputs
 
 def is_image_text_model(model: PreTrainedModel) -> bool:
     return getattr(model.config, "vision_config", None) is not None and hasattr(model, "get_image_features")
+
+
+def takes_images(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint at `path` is an image-text-to-text model (its config has a vision config)."""
+    return getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
 
 
 def check_image_model(model: PreTrainedModel) -> ImageFamily | None:
