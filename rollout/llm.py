@@ -22,7 +22,7 @@ from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
-from rollout.multimodal.llm_images import image_prompts
+from rollout.multimodal.llm_images import chat_images, image_prompts
 from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.multimodal.prompt_dicts import has_multi_modal_data
 from rollout.outputs import RequestOutput
@@ -122,13 +122,18 @@ class LLM:
             raise ValueError("messages: must be a conversation (a list of messages) or a list of them")
         listed = tools_json(tools)
         max_chars = self.max_prompt_chars if self.tokenizer is not None else None
-        token_prompts, texts = [], []
+        token_prompts, texts, images = [], [], []
         for i, conversation in enumerate(conversations):
-            turns = conversation_json(conversation, "messages" if single else f"messages[{i}]")
+            field = "messages" if single else f"messages[{i}]"
+            conversation, taken = chat_images(
+                self.engine.images, conversation, field
+            )  # multimodal/llm_images.py
+            turns = conversation_json(conversation, field, images=bool(taken))
             ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed)
-            token_prompts.append(ids)
+            images.append(self.engine.images.build(ids, taken, field) if taken else None)
+            token_prompts.append(images[-1].prompt_token_ids if taken else ids)  # placeholders expanded
             texts.append(text)
-        return self._generate_ids(token_prompts, params, texts, use_tqdm)
+        return self._generate_ids(token_prompts, params, texts, use_tqdm, images)
 
     def score(
         self, token_ids_list: Sequence[Sequence[int]], top_logprobs: int | None = None, use_tqdm: bool = False

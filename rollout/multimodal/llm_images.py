@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from rollout.multimodal.chat_images import take_images
+from rollout.multimodal.image_parts import ImageLimits
+from rollout.multimodal.image_prompt import ImagePrompts
 from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.multimodal.prompt_dicts import has_multi_modal_data, multi_modal_prompt
 from rollout.protocol.prompts import tokenize_text
@@ -46,3 +49,11 @@ def image_prompts(
         texts.append(prompt if isinstance(prompt, str) else None)
         images.append(None)
     return ids, texts, images
+
+
+def chat_images(images: ImagePrompts | None, conversation: Any, field: str) -> tuple[Any, list]:
+    """`LLM.chat`'s conversation with its image parts taken out (chat_images.py), and the images; a model
+    without images keeps them, for message_checks.py to refuse by name."""
+    if images is None or not isinstance(conversation, (list, tuple)):
+        return conversation, []
+    return take_images(conversation, field, ImageLimits(), allow_paths=True)

@@ -56,13 +56,14 @@ def json_value(value: Any, field: str) -> Any:
     )
 
 
-def conversation_json(messages: Conversation, field: str) -> list[dict[str, Any]]:
+def conversation_json(messages: Conversation, field: str, images: bool = False) -> list[dict[str, Any]]:
     """The messages as JSON objects, exactly what a server decodes from `conversation_to_proto`; each
-    one checked (message_checks.py)."""
+    one checked (message_checks.py); `images`: bare {"type": "image"} placeholder parts are allowed (their
+    images were taken out, rollout/multimodal/chat_images.py)."""
     if not is_conversation(messages):
         raise ValueError(f"{field}: must be a non-empty list of message objects")
     turns = [json_value(m, f"{field}[{i}]") for i, m in enumerate(messages)]
-    check_conversation(turns, field)
+    check_conversation(turns, field, images)
     return turns
 
 

@@ -311,6 +311,7 @@ class EngineLoop:
                     sub.prompt,
                     resume=sub.resume,
                     stream=sub.stream,
+                    multi_modal=sub.multi_modal,
                 )
                 if sub.params.stop:
                     self._stop_watch.watch(sub.request_id, sub.prompt_token_ids, sub.params)
