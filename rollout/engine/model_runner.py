@@ -21,6 +21,7 @@ from rollout.engine.kv import kv_sizing
 from rollout.engine.kv.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.model import model_guard, self_check
 from rollout.engine.model.derived_positions import derives_positions, position_inputs
+from rollout.engine.model.image_check import check_with_image
 from rollout.engine.scheduler import SchedulerOutput
 from rollout.engine.vision.image_embeddings import ImageEmbeddings
 from rollout.hf.attention import ForwardContext, forward_context
@@ -124,6 +125,8 @@ def build_runner(
     runner = ModelRunner(model, kv_spec, num_blocks, config.block_size, backend, states)
     if config.self_check:
         self_check.run_self_check(model, kv_spec, backend, config.block_size, max_model_len)
+        if runner.images is not None:  # an image-text model: once more, with an image (model/image_check.py)
+            check_with_image(model, runner.images, kv_spec, backend, config.block_size)
     if (
         use_cuda_graphs(config, model.device, backend, model) and states is None
     ):  # hybrids: per-sequence calls

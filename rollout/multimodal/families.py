@@ -19,6 +19,8 @@ class ImageFamily:
     encoder_keys: tuple[str, ...]  # the processor's tensors `get_image_features` takes
     # (model config, encoder inputs) -> each image's number of feature tokens, in order
     tokens_per_image: Callable[[object, dict[str, torch.Tensor]], list[int]]
+    # (model config, generator) -> encoder inputs of one synthetic image, for the load-time self-check
+    probe: Callable[[object, torch.Generator], dict[str, torch.Tensor]]
     mrope: bool = False  # 3-D positions (temporal, height, width) from the model's get_rope_index
 
 
@@ -41,6 +43,19 @@ def _llava_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
     return [count] * pixels.shape[0]
 
 
+def _llava_probe(config: object, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    size = config.vision_config.image_size
+    return {"pixel_values": torch.randn(1, 3, size, size, generator=generator)}
+
+
+def _qwen_vl_probe(config: object, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A 4x4-patch image: pixel rows as the image processor flattens them (channels x time x patch x patch)."""
+    vision = config.vision_config
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    grid = torch.tensor([[1, 4, 4]])
+    return {"pixel_values": torch.randn(16, width, generator=generator), "image_grid_thw": grid}
+
+
 def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
     """One token per merged patch group: t * h * w / merge**2 (Qwen2VLProcessor's expansion)."""
     merge = config.vision_config.spatial_merge_size
@@ -49,9 +64,9 @@ def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int
 
 _QWEN_KEYS = ("pixel_values", "image_grid_thw")
 SERVED = {
-    "llava": ImageFamily("llava", ("pixel_values",), _llava_tokens),
-    "qwen2_vl": ImageFamily("qwen2_vl", _QWEN_KEYS, _qwen_vl_tokens, mrope=True),
-    "qwen2_5_vl": ImageFamily("qwen2_5_vl", _QWEN_KEYS, _qwen_vl_tokens, mrope=True),
+    "llava": ImageFamily("llava", ("pixel_values",), _llava_tokens, _llava_probe),
+    "qwen2_vl": ImageFamily("qwen2_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
+    "qwen2_5_vl": ImageFamily("qwen2_5_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
 }
 
 _CAUSAL = "the engine's paged attention is causal"
