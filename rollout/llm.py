@@ -155,14 +155,14 @@ class LLM:
         images: Sequence[MultiModalInputs | None] | None = None,
     ) -> list[RequestOutput]:
         per_prompt = _params_per_prompt(params, len(token_prompts))
+        images = images if images is not None else [None] * len(token_prompts)
         with self._lock:
             self._writes.check(self.engine)
-            for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
-                self.engine.validate_request(ids, p)
+            for ids, p, mm in zip(token_prompts, per_prompt, images, strict=True):  # all before queueing any
+                self.engine.validate_request(ids, p, multi_modal=mm)
             request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
             for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
-                mm = images[i] if images is not None else None
-                self.engine.add_request(request_id, ids, per_prompt[i], texts[i], multi_modal=mm)
+                self.engine.add_request(request_id, ids, per_prompt[i], texts[i], multi_modal=images[i])
             return self._run(request_ids, use_tqdm)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:

@@ -65,11 +65,9 @@ class LLMEngine:
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         # The local runner stays for the update self-check (single device only: TP refuses that option).
         self.local_runner, self.state_budget = build_runner(self.model, self.config, self.max_model_len)
-        states = self.local_runner.states
+        states, num_blocks = self.local_runner.states, self.local_runner.num_blocks
         self.is_hybrid = states is not None
-        self.block_manager = BlockManager.of(
-            self.config, self.local_runner.num_blocks, states, self.state_budget
-        )
+        self.block_manager = BlockManager.of(self.config, num_blocks, states, self.state_budget)
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.runner: Runner = runner_factory(self.local_runner)
         # The weight version, the adapters and how updates are written (engine_weights.py).
@@ -85,13 +83,7 @@ class LLMEngine:
             self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
         self.model_info = ModelInfo.of(
-            self.model,
-            model_name,
-            self.max_model_len,
-            self.vocab_size,
-            self.eos_token_ids,
-            self.config.block_size,
-            self.local_runner.num_blocks,
+            self.model, model_name, self.limits, self.config.block_size, num_blocks
         )
         self.requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
@@ -102,10 +94,15 @@ class LLMEngine:
         self.last_in_flight = InFlightReport()
 
     def validate_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        resume: PartialSample | None = None,
+        multi_modal: MultiModalInputs | None = None,
     ) -> None:
         """Raises ValueError naming the offending field; nothing is queued (requests/validation.py)."""
         check_request(prompt_token_ids, params, resume, self.limits, self.tokenizer)
+        check_multi_modal(self.images, multi_modal, list(prompt_token_ids))  # vision/vision_model.py
         self.grammars.compile(params)  # on the validating thread; the loop's call is a cache hit
 
     def add_request(
@@ -122,11 +119,11 @@ class LLMEngine:
         `stream`: new tokens kept for `engine.streamed.take()`; `multi_modal`: its images (engine/vision/)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
-        self.validate_request(prompt_token_ids, params, resume)
+        self.validate_request(prompt_token_ids, params, resume, multi_modal)
         params = with_bad_words_tokenized(params, self.tokenizer)  # the server's RPC threads did it already
         arrival, version = next(self._arrivals), self.weights.version
         request = Request(request_id, list(prompt_token_ids), params, arrival, version, prompt, stream=stream)
-        request.multi_modal = check_multi_modal(self.images, multi_modal, request.prompt_token_ids)
+        request.multi_modal = multi_modal
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
         if resume is not None:
             resume_into(request.sequences[0], resume)

@@ -116,7 +116,7 @@ class EngineLoop:
         cached result: nothing is generated twice.
         """
         for sub in submissions:
-            self.engine.validate_request(sub.prompt_token_ids, sub.params)
+            self.engine.validate_request(sub.prompt_token_ids, sub.params, multi_modal=sub.multi_modal)
         sink: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()
         with self._cond:
             self._check_admission_locked(submissions)

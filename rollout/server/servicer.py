@@ -174,7 +174,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                 )  # prompt_images.py
                 ids = mm.prompt_token_ids if mm is not None else ids
                 resume = convert.partial_from_proto(prompt.resume) if prompt.HasField("resume") else None
-                self.loop.engine.validate_request(ids, params, resume)
+                self.loop.engine.validate_request(ids, params, resume, multi_modal=mm)
             except ValueError as exc:
                 raise type(exc)(f"prompts[{i}]: {exc}") from None
             subs.append(

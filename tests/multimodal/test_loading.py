@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.multimodal.processor_parts import ImageTextProcessor
 from tests.multimodal.qwen_vl_builders import (
@@ -41,3 +43,10 @@ def test_qwen2_vl_loads_its_processor_in_parts(tmp_path: Path) -> None:
     text = "a<|vision_start|><|image_pad|><|vision_end|>b"
     assert greedy(loaded, text) == greedy(in_memory, text)
     assert isinstance(qwen_processor(), ImageTextProcessor)
+
+
+def test_tensor_parallelism_is_refused_for_image_text_models(tmp_path: Path) -> None:
+    tiny_llava().save_pretrained(tmp_path)
+    llava_processor().save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="tensor_parallel_size: image-text-to-text models run on one device"):
+        LLM(str(tmp_path), config=EngineConfig(num_blocks=128, tensor_parallel_size=2))

@@ -75,3 +75,15 @@ def test_a_text_model_takes_no_images() -> None:
     prompt = {"prompt": [5, 6, 7], "multi_modal_data": {"image": random_image(0)}}
     with pytest.raises(ValueError, match=r"prompts\[0\]\.multi_modal_data: this model takes no images"):
         llm.generate([prompt], SamplingParams(max_tokens=1))
+
+
+def test_placeholder_ids_without_images_are_refused() -> None:
+    """A resumed or re-sent image prompt that lost its images would read the placeholders as text."""
+    llm = LLM(model=tiny_llava(), tokenizer=llava_processor(), config=EngineConfig(num_blocks=128))
+    prompt = {"prompt": "ab<image>", "multi_modal_data": {"image": random_image(0)}}
+    params = SamplingParams(max_tokens=3)
+    expanded = llm.generate([prompt], params)[0].prompt_token_ids
+    with pytest.raises(
+        ValueError, match=r"prompt_token_ids: hold image placeholder tokens \(id 33\) but no images"
+    ):
+        llm.generate([expanded], params)

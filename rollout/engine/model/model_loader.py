@@ -20,6 +20,7 @@ from rollout.config import EngineConfig
 from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
 from rollout.engine.model.model_guard import check_stateful_layers
 from rollout.engine.model.shared_attention import index_shared_attention
+from rollout.engine.requests.validation import RequestLimits
 from rollout.engine.vision.vision_model import check_image_model, takes_images
 from rollout.hf import attention as hf_attention
 from rollout.hf import fused_modules
@@ -44,24 +45,18 @@ class ModelInfo:
 
     @classmethod
     def of(
-        cls,
-        model: PreTrainedModel,
-        name: str | None,
-        max_model_len: int,
-        vocab_size: int,
-        eos_token_ids: frozenset[int],
-        block_size: int,
-        num_blocks: int,
+        cls, model: PreTrainedModel, name: str | None, limits: RequestLimits, block_size: int, num_blocks: int
     ) -> ModelInfo:
-        """What the engine reports about its model; `name` defaults to the model's own path or class."""
+        """What the engine reports about its model (`limits`: its context, vocabulary and EOS ids); `name`
+        defaults to the model's own path or class."""
         return cls(
             name=name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
             architecture=type(model).__name__,
             dtype=str(model.dtype).removeprefix("torch."),
             device=str(model.device),
-            max_model_len=max_model_len,
-            vocab_size=vocab_size,
-            eos_token_ids=tuple(sorted(eos_token_ids)),
+            max_model_len=limits.max_model_len,
+            vocab_size=limits.vocab_size,
+            eos_token_ids=tuple(sorted(limits.eos_token_ids)),
             block_size=block_size,
             num_blocks=num_blocks,
         )

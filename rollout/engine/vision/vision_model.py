@@ -64,8 +64,16 @@ def encode_images(model: PreTrainedModel, encoder_inputs: dict[str, torch.Tensor
 def check_multi_modal(
     images: ImagePrompts | None, multi_modal: MultiModalInputs | None, prompt_token_ids: list[int]
 ) -> MultiModalInputs | None:
-    """A request's images, when the model takes them and they belong to its prompt; ValueError otherwise."""
+    """A request's images, when the model takes them and they belong to its prompt; ValueError otherwise.
+
+    Image placeholder ids without images are refused: they would be read as their text embedding (a
+    resumed or re-sent image prompt that lost its images, rollout/resumption.py carries none)."""
     if multi_modal is None:
+        if images is not None and images.image_token_id in prompt_token_ids:
+            raise ValueError(
+                f"prompt_token_ids: hold image placeholder tokens (id {images.image_token_id}) but no images "
+                "were given; send the images with the prompt (multi_modal_data)"
+            )
         return None
     if images is None:
         raise ValueError(

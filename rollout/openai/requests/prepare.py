@@ -102,7 +102,7 @@ class Preparer:
             with TOKENIZER_LOCK:
                 params = with_bad_words_tokenized(params, self.tokenizer)
         try:
-            self.engine.validate_request(ids, params)  # compiles a grammar, within the server's bound
+            self.engine.validate_request(ids, params, multi_modal=multi_modal)  # compiles a grammar, bounded
         except ValueError as exc:
             raise ValueError(in_request_terms(str(exc), req)) from None
         stream = bool(req.stream)
