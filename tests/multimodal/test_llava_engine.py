@@ -26,7 +26,8 @@ def teacher_forced(reference, processor, text: str, images: list, completion: li
     ids = torch.cat([prompt, torch.tensor([completion])], dim=1)
     with torch.no_grad():
         embeds = reference.get_input_embeddings()(ids)
-        features = torch.cat(reference.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output)
+        pixels = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+        features = torch.cat(reference.get_image_features(**pixels).pooler_output)
         mask = torch.zeros_like(ids, dtype=torch.bool)
         mask[:, : prompt.shape[1]] = prompt == reference.config.image_token_id
         embeds[mask] = features.reshape(-1, embeds.shape[-1])

@@ -100,3 +100,53 @@ def random_image(seed: int, width: int = 40, height: int = 30) -> Image.Image:
     """A real RGB picture (noise), different for every seed."""
     pixels = np.random.RandomState(seed).randint(0, 256, (height, width, 3), dtype=np.uint8)
     return Image.fromarray(pixels, "RGB")
+
+
+PINPOINTS = [[28, 56], [56, 28], [56, 56]]
+
+
+def tiny_llava_next(seed: int = 0):
+    """LLaVA-NeXT over the same towers: images tiled at any resolution, image_newline rows."""
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    base = llava_config()
+    config = LlavaNextConfig(
+        vision_config=base.vision_config.to_dict(),
+        text_config=base.text_config.to_dict(),
+        image_token_id=base.image_token_id,
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    torch.manual_seed(seed)
+    model = LlavaNextForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model
+
+
+def llava_next_processor():
+    from transformers import LlavaNextProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    crop = {"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+    images = LlavaNextImageProcessorPil(
+        size={"shortest_edge": IMAGE_SIZE}, crop_size=crop, image_grid_pinpoints=PINPOINTS
+    )
+    return LlavaNextProcessor(
+        image_processor=images,
+        tokenizer=llava_tokenizer(),
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        image_token=IMAGE_TOKEN,
+        num_additional_image_tokens=1,
+        chat_template=LLAVA_CHAT_TEMPLATE,
+    )
+
+
+def reference_of(model):
+    """An independent eager copy of any of these models."""
+    clone = type(model)(type(model.config).from_dict(model.config.to_dict())).eval()
+    clone.load_state_dict(model.state_dict())
+    clone.set_attn_implementation("eager")
+    return clone
