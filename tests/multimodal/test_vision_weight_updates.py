@@ -3,7 +3,10 @@ on the new weights; image features and cached blocks computed under the old vers
 
 from __future__ import annotations
 
+import copy
+
 import torch
+from peft import LoraConfig, get_peft_model
 
 from rollout import LLM, EngineConfig, SamplingParams
 from rollout.multimodal.llm_images import image_prompts
@@ -66,3 +69,23 @@ def test_in_flight_recompute_recomputes_the_image_features() -> None:
     assert engine.local_runner.images.num_encoder_runs == 2
     # the first token came from the prefill under version 0; every later one attended to version 1's KV only
     assert outputs[0].outputs[0].kv_versions == [(0, 0), (1, 1)]
+
+
+def test_a_lora_adapter_push_reaches_the_tower() -> None:
+    """A PEFT adapter over the vision tower's MLPs and the language model's attention, pushed as an adapter,
+    serves what the merged model serves."""
+    policy = get_peft_model(
+        tiny_llava(), LoraConfig(r=4, target_modules=["fc1", "q_proj"], init_lora_weights=False)
+    )
+    assert any("vision_tower" in name and "lora_A" in name for name, _ in policy.named_parameters())
+    llm = LLM(
+        model=tiny_llava(), tokenizer=llava_processor(), config=EngineConfig(num_blocks=128, block_size=4)
+    )
+    assert llm.update_weights(policy) == 1
+    merged = copy.deepcopy(policy).merge_and_unload()
+    fresh = LLM(model=merged, tokenizer=llava_processor(), config=EngineConfig(num_blocks=128, block_size=4))
+    want = samples(fresh)
+    got = samples(llm)
+    assert [t for t, _ in got] == [t for t, _ in want]
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
