@@ -143,6 +143,8 @@ its `generate`.
 _PROCESSORS = {
     "llava": "`LlavaProcessor` (CLIP's image processor falls back to its PIL backend without torchvision)",
     "llava_next": "`LlavaNextProcessor` (any-resolution tiles; the PIL image processor, no torchvision)",
+    "mistral3": "the image processor (`PixtralImageProcessorPil`, given the merged patch size) and tokenizer "
+    "apart: `PixtralProcessor` needs torchvision",
     "qwen2_vl": "the image processor (`Qwen2VLImageProcessorPil`) and tokenizer apart: `Qwen2VLProcessor` "
     "builds a video processor that needs torchvision",
     "qwen2_5_vl": "as `qwen2_vl`",

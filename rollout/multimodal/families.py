@@ -23,6 +23,13 @@ class ImageFamily:
     # (model config, generator) -> encoder inputs of one synthetic image, for the load-time self-check
     probe: Callable[[object, torch.Generator], dict[str, torch.Tensor]]
     mrope: bool = False  # 3-D positions (temporal, height, width) from the model's get_rope_index
+    # Tokens an image's placeholder becomes besides its feature tokens (Pixtral's row breaks), by name
+    special_tokens: tuple[str, ...] = ()
+    # (config, encoder inputs, image token id, special token ids) -> each image's expanded ids; None: the
+    # image token repeated once per feature
+    layout: Callable[[object, dict[str, torch.Tensor], int, list[int]], list[list[int]]] | None = None
+    # (config) -> keywords the composite processor gives its image processor (Pixtral's merged patch size)
+    image_kwargs: Callable[[object], dict[str, object]] = lambda config: {}
 
 
 def image_token_id(config: object) -> int:
@@ -91,6 +98,40 @@ def _qwen_vl_probe(config: object, generator: torch.Generator) -> dict[str, torc
     return {"pixel_values": torch.randn(16, width, generator=generator), "image_grid_thw": grid}
 
 
+def _pixtral_grid(config: object, inputs: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
+    """Each image's feature rows and columns: its size over the merged patch (patch x spatial merge)."""
+    step = config.vision_config.patch_size * config.spatial_merge_size
+    return [(height // step, width // step) for height, width in inputs["image_sizes"].tolist()]
+
+
+def _mistral3_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
+    return [rows * cols for rows, cols in _pixtral_grid(config, inputs)]
+
+
+def _mistral3_layout(
+    config: object, inputs: dict[str, torch.Tensor], image: int, specials: list[int]
+) -> list[list[int]]:
+    """PixtralProcessor's expansion: each row's [IMG] tokens then [IMG_BREAK], the last one [IMG_END]."""
+    image_break, image_end = specials
+    layouts = []
+    for rows, cols in _pixtral_grid(config, inputs):
+        ids = ([image] * cols + [image_break]) * rows
+        layouts.append(ids[:-1] + [image_end])
+    return layouts
+
+
+def _mistral3_probe(config: object, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    side = 2 * config.vision_config.patch_size * config.spatial_merge_size
+    return {
+        "pixel_values": torch.randn(1, 3, side, side, generator=generator),
+        "image_sizes": torch.tensor([[side, side]]),
+    }
+
+
+def _merged_patch(config: object) -> dict[str, object]:
+    return {"patch_size": config.vision_config.patch_size * config.spatial_merge_size}
+
+
 def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
     """One token per merged patch group: t * h * w / merge**2 (Qwen2VLProcessor's expansion)."""
     merge = config.vision_config.spatial_merge_size
@@ -103,6 +144,15 @@ SERVED = {
     "llava_next": ImageFamily(
         "llava_next", ("pixel_values", "image_sizes"), _llava_next_tokens, _llava_next_probe
     ),
+    "mistral3": ImageFamily(
+        "mistral3",
+        ("pixel_values", "image_sizes"),
+        _mistral3_tokens,
+        _mistral3_probe,
+        special_tokens=("[IMG_BREAK]", "[IMG_END]"),
+        layout=_mistral3_layout,
+        image_kwargs=_merged_patch,
+    ),  # fmt: skip
     "qwen2_vl": ImageFamily("qwen2_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
     "qwen2_5_vl": ImageFamily("qwen2_5_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
 }
@@ -118,9 +168,8 @@ REFUSED = {
     "engine does not reproduce yet",
     "smolvlm": "its processor expands an image into tiles with row/column and global-image tokens, which the "
     "engine does not reproduce yet",
-    "mistral3": "its Pixtral vision tower takes image_sizes and breaks rows with [IMG_BREAK] tokens, which "
-    "the engine does not count yet",
-    "pixtral": "its vision tower breaks rows with [IMG_BREAK] tokens, which the engine does not count yet",
+    "llava/pixtral": "LLaVA over a Pixtral tower (Pixtral-12B) takes image_sizes and breaks rows with [IMG_BREAK] "
+    "tokens, which the engine lays out for mistral3 only",
 }
 # Inputs the engine takes none of yet, refused by name wherever a prompt names them.
 UNSUPPORTED_MODALITIES = ("video", "audio")
@@ -129,6 +178,9 @@ UNSUPPORTED_MODALITIES = ("video", "audio")
 def served_family(config: object) -> ImageFamily:
     """The family of an image-text-to-text config; ValueError naming the model type and the cause if refused."""
     model_type = getattr(config, "model_type", "?")
+    vision_type = getattr(getattr(config, "vision_config", None), "model_type", None)
+    if model_type == "llava" and vision_type == "pixtral":
+        model_type = "llava/pixtral"  # another tower under the same model type: its own layout
     family = SERVED.get(model_type)
     if family is not None:
         return family

@@ -1,8 +1,8 @@
 """ImagePrompts: a prompt's token ids and its images -> MultiModalInputs, as the model's processor makes them.
 
 The image processor turns the images into the encoder's tensors; each image's placeholder token is then
-expanded to one token per feature it will receive (families.py counts them), which is what the composite
-processor (LlavaProcessor, ...) does to the text before tokenizing. Driving the two parts directly works
+expanded to one token per feature it will receive (families.py counts them; Pixtral's layout adds its row
+breaks), which is what the composite processor (LlavaProcessor, ...) does to the text before tokenizing. Driving the two parts directly works
 where the composite processor cannot be built (Qwen2VLProcessor needs torchvision for its video half).
 Prompts whose placeholders are already expanded are taken as they are. Runs off the engine loop.
 """
@@ -21,11 +21,13 @@ from rollout.multimodal.mm_inputs import MultiModalInputs
 
 
 class ImagePrompts:
-    def __init__(self, config: Any, image_processor: Any) -> None:
+    def __init__(self, config: Any, image_processor: Any, tokenizer: Any = None) -> None:
         self.family: ImageFamily = served_family(config)
         self.config = config
         self.image_processor = image_processor
         self.image_token_id = image_token_id(config)
+        names = self.family.special_tokens  # the layout's other tokens (Pixtral's [IMG_BREAK], [IMG_END])
+        self.special_ids = list(tokenizer.convert_tokens_to_ids(list(names))) if names and tokenizer else []
 
     def build(
         self, prompt_token_ids: list[int], images: Sequence[Image.Image], field: str
@@ -35,10 +37,12 @@ class ImagePrompts:
             raise ValueError(f"{field}: no images given")
         if self.image_processor is None:
             raise ValueError(f"{field}: the model has no image processor, so its images cannot be prepared")
-        processed = self.image_processor(images=list(images), return_tensors="pt")
+        options = self.family.image_kwargs(self.config)
+        processed = self.image_processor(images=list(images), return_tensors="pt", **options)
         encoder_inputs = {k: processed[k] for k in self.family.encoder_keys if k in processed}
         counts = self.family.tokens_per_image(self.config, encoder_inputs)
-        ids, spans = self._expand(prompt_token_ids, counts, field)
+        layouts = self._layouts(encoder_inputs, counts, field)
+        ids, spans = self._expand(prompt_token_ids, counts, layouts, field)
         positions = [p for start, end in spans for p in range(start, end) if ids[p] == self.image_token_id]
         return MultiModalInputs(
             prompt_token_ids=ids,
@@ -48,10 +52,20 @@ class ImagePrompts:
             feature_positions=torch.tensor(positions, dtype=torch.int64),
         )
 
+    def _layouts(self, encoder_inputs: dict, counts: list[int], field: str) -> list[list[int]]:
+        """Each image's expanded ids: its layout (with the family's other tokens), or counts[i] placeholders."""
+        if self.family.layout is None:
+            return [[self.image_token_id] * count for count in counts]
+        if len(self.special_ids) != len(self.family.special_tokens):
+            raise ValueError(
+                f"{field}: the tokenizer is needed to spell {', '.join(self.family.special_tokens)}"
+            )
+        return self.family.layout(self.config, encoder_inputs, self.image_token_id, self.special_ids)
+
     def _expand(
-        self, ids: list[int], counts: list[int], field: str
+        self, ids: list[int], counts: list[int], layouts: list[list[int]], field: str
     ) -> tuple[list[int], list[tuple[int, int]]]:
-        """Each lone placeholder becomes counts[i] of them; an already expanded prompt is split by counts."""
+        """Each lone placeholder becomes its image's layout; an already expanded prompt is split by counts."""
         token = self.image_token_id
         found = sum(1 for t in ids if t == token)
         if found == sum(counts) and found != len(counts):  # expanded already (or one token per image)
@@ -63,12 +77,12 @@ class ImagePrompts:
             )
         out: list[int] = []
         spans: list[tuple[int, int]] = []
-        images = iter(counts)
+        images = iter(layouts)
         for t in ids:
             if t == token:
-                count = next(images)
-                spans.append((len(out), len(out) + count))
-                out.extend([token] * count)
+                layout = next(images)
+                spans.append((len(out), len(out) + len(layout)))
+                out.extend(layout)
             else:
                 out.append(t)
         return out, spans

@@ -42,7 +42,7 @@ def split_processor(model: PreTrainedModel, processor: Any) -> tuple[Any, ImageP
     tokenizer = getattr(processor, "tokenizer", processor)
     if not is_image_text_model(model):
         return tokenizer, None
-    return tokenizer, ImagePrompts(model.config, getattr(processor, "image_processor", None))
+    return tokenizer, ImagePrompts(model.config, getattr(processor, "image_processor", None), tokenizer)
 
 
 @torch.inference_mode()
