@@ -145,6 +145,7 @@ _PROCESSORS = {
     "llava_next": "`LlavaNextProcessor` (any-resolution tiles; the PIL image processor, no torchvision)",
     "mistral3": "the image processor (`PixtralImageProcessorPil`, given the merged patch size) and tokenizer "
     "apart: `PixtralProcessor` needs torchvision",
+    "idefics3": "`Idefics3Processor` (tiles with row/column markers and the global image; PIL image processor)",
     "qwen2_vl": "the image processor (`Qwen2VLImageProcessorPil`) and tokenizer apart: `Qwen2VLProcessor` "
     "builds a video processor that needs torchvision",
     "qwen2_5_vl": "as `qwen2_vl`",

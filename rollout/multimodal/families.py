@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.image_processing_utils import select_best_resolution
@@ -18,16 +19,14 @@ from transformers.image_processing_utils import select_best_resolution
 class ImageFamily:
     model_type: str
     encoder_keys: tuple[str, ...]  # the processor's tensors `get_image_features` takes
-    # (model config, encoder inputs) -> each image's number of feature tokens, in order
-    tokens_per_image: Callable[[object, dict[str, torch.Tensor]], list[int]]
+    # (model config, the image processor's outputs) -> each image's number of feature tokens, in order
+    tokens_per_image: Callable[[object, dict[str, Any]], list[int]]
     # (model config, generator) -> encoder inputs of one synthetic image, for the load-time self-check
     probe: Callable[[object, torch.Generator], dict[str, torch.Tensor]]
     mrope: bool = False  # 3-D positions (temporal, height, width) from the model's get_rope_index
-    # Tokens an image's placeholder becomes besides its feature tokens (Pixtral's row breaks), by name
-    special_tokens: tuple[str, ...] = ()
-    # (config, encoder inputs, image token id, special token ids) -> each image's expanded ids; None: the
-    # image token repeated once per feature
-    layout: Callable[[object, dict[str, torch.Tensor], int, list[int]], list[list[int]]] | None = None
+    # (config, the image processor's outputs, image token id, tokenizer) -> each image's expanded ids, with the
+    # family's other tokens (Pixtral's row breaks, Idefics3's tile markers); None: the image token per feature
+    layout: Callable[[object, dict[str, Any], int, Any], list[list[int]]] | None = None
     # (config) -> keywords the composite processor gives its image processor (Pixtral's merged patch size)
     image_kwargs: Callable[[object], dict[str, object]] = lambda config: {}
 
@@ -108,11 +107,9 @@ def _mistral3_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[in
     return [rows * cols for rows, cols in _pixtral_grid(config, inputs)]
 
 
-def _mistral3_layout(
-    config: object, inputs: dict[str, torch.Tensor], image: int, specials: list[int]
-) -> list[list[int]]:
+def _mistral3_layout(config: object, inputs: dict[str, Any], image: int, tokenizer: Any) -> list[list[int]]:
     """PixtralProcessor's expansion: each row's [IMG] tokens then [IMG_BREAK], the last one [IMG_END]."""
-    image_break, image_end = specials
+    image_break, image_end = tokenizer.convert_tokens_to_ids(["[IMG_BREAK]", "[IMG_END]"])
     layouts = []
     for rows, cols in _pixtral_grid(config, inputs):
         ids = ([image] * cols + [image_break]) * rows
@@ -132,6 +129,48 @@ def _merged_patch(config: object) -> dict[str, object]:
     return {"patch_size": config.vision_config.patch_size * config.spatial_merge_size}
 
 
+def _idefics3_seq_len(config: object) -> int:
+    """Tokens per tile after the pixel shuffle (Idefics3Processor's image_seq_len, from the config)."""
+    vision = config.vision_config
+    return int(((vision.image_size // vision.patch_size) ** 2) / (config.scale_factor**2))
+
+
+def _idefics3_grid(inputs: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each image's tile rows and columns (0, 0: not split, only the global image)."""
+    rows, cols = inputs.get("rows"), inputs.get("cols")
+    if rows is None:
+        return [(0, 0)] * inputs["pixel_values"].shape[0]
+    flat = [
+        (r, c)
+        for row_list, col_list in zip(rows, cols, strict=True)
+        for r, c in zip(row_list, col_list, strict=True)
+    ]
+    return flat
+
+
+def _idefics3_tokens(config: object, inputs: dict[str, Any]) -> list[int]:
+    return [(rows * cols + 1) * _idefics3_seq_len(config) for rows, cols in _idefics3_grid(inputs)]
+
+
+def _idefics3_layout(config: object, inputs: dict[str, Any], image: int, tokenizer: Any) -> list[list[int]]:
+    """The processor's own prompt string per image (tile markers, row newlines, the global image), tokenized:
+    it starts and ends with special tokens, so it tokenizes alone as it does in the prompt."""
+    from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
+
+    spelled = tokenizer.convert_ids_to_tokens(image)
+    seq_len = _idefics3_seq_len(config)
+    strings = [
+        get_image_prompt_string(rows, cols, seq_len, "<fake_token_around_image>", spelled, "<global-img>")
+        for rows, cols in _idefics3_grid(inputs)
+    ]
+    return [list(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in strings]
+
+
+def _idefics3_probe(config: object, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    size = config.vision_config.image_size
+    return {"pixel_values": torch.randn(1, 1, 3, size, size, generator=generator)}
+
+
 def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int]:
     """One token per merged patch group: t * h * w / merge**2 (Qwen2VLProcessor's expansion)."""
     merge = config.vision_config.spatial_merge_size
@@ -139,6 +178,13 @@ def _qwen_vl_tokens(config: object, inputs: dict[str, torch.Tensor]) -> list[int
 
 
 _QWEN_KEYS = ("pixel_values", "image_grid_thw")
+_IDEFICS_KEYS = ("pixel_values", "pixel_attention_mask")
+
+
+def _row_col_info(config: object) -> dict[str, object]:
+    return {"return_row_col_info": True}  # the tile grid the layout spells (Idefics3Processor asks the same)
+
+
 SERVED = {
     "llava": ImageFamily("llava", ("pixel_values",), _llava_tokens, _llava_probe),
     "llava_next": ImageFamily(
@@ -149,9 +195,16 @@ SERVED = {
         ("pixel_values", "image_sizes"),
         _mistral3_tokens,
         _mistral3_probe,
-        special_tokens=("[IMG_BREAK]", "[IMG_END]"),
         layout=_mistral3_layout,
         image_kwargs=_merged_patch,
+    ),  # fmt: skip
+    "idefics3": ImageFamily(
+        "idefics3",
+        _IDEFICS_KEYS,
+        _idefics3_tokens,
+        _idefics3_probe,
+        layout=_idefics3_layout,
+        image_kwargs=_row_col_info,
     ),  # fmt: skip
     "qwen2_vl": ImageFamily("qwen2_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
     "qwen2_5_vl": ImageFamily("qwen2_5_vl", _QWEN_KEYS, _qwen_vl_tokens, _qwen_vl_probe, mrope=True),
@@ -164,10 +217,8 @@ REFUSED = {
     "qwen3_vl": "its M-RoPE (3-D positions) and DeepStack features added inside the language model's layers "
     "are not implemented by the engine yet",
     "llava_onevision": "its images are tiled at any resolution and the engine does not count those tokens yet",
-    "idefics3": "its processor expands an image into tiles with row/column and global-image tokens, which the "
-    "engine does not reproduce yet",
-    "smolvlm": "its processor expands an image into tiles with row/column and global-image tokens, which the "
-    "engine does not reproduce yet",
+    "smolvlm": "Idefics3's layout would serve it, but SmolVLMProcessor (its oracle) needs num2words and was not "
+    "checked against it here",
     "llava/pixtral": "LLaVA over a Pixtral tower (Pixtral-12B) takes image_sizes and breaks rows with [IMG_BREAK] "
     "tokens, which the engine lays out for mistral3 only",
 }

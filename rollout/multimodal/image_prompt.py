@@ -26,8 +26,7 @@ class ImagePrompts:
         self.config = config
         self.image_processor = image_processor
         self.image_token_id = image_token_id(config)
-        names = self.family.special_tokens  # the layout's other tokens (Pixtral's [IMG_BREAK], [IMG_END])
-        self.special_ids = list(tokenizer.convert_tokens_to_ids(list(names))) if names and tokenizer else []
+        self.tokenizer = tokenizer  # spells a layout's other tokens (Pixtral's row breaks, Idefics3's tiles)
 
     def build(
         self, prompt_token_ids: list[int], images: Sequence[Image.Image], field: str
@@ -40,8 +39,8 @@ class ImagePrompts:
         options = self.family.image_kwargs(self.config)
         processed = self.image_processor(images=list(images), return_tensors="pt", **options)
         encoder_inputs = {k: processed[k] for k in self.family.encoder_keys if k in processed}
-        counts = self.family.tokens_per_image(self.config, encoder_inputs)
-        layouts = self._layouts(encoder_inputs, counts, field)
+        counts = self.family.tokens_per_image(self.config, processed)
+        layouts = self._layouts(processed, counts, field)
         ids, spans = self._expand(prompt_token_ids, counts, layouts, field)
         positions = [p for start, end in spans for p in range(start, end) if ids[p] == self.image_token_id]
         return MultiModalInputs(
@@ -52,15 +51,13 @@ class ImagePrompts:
             feature_positions=torch.tensor(positions, dtype=torch.int64),
         )
 
-    def _layouts(self, encoder_inputs: dict, counts: list[int], field: str) -> list[list[int]]:
+    def _layouts(self, processed: dict, counts: list[int], field: str) -> list[list[int]]:
         """Each image's expanded ids: its layout (with the family's other tokens), or counts[i] placeholders."""
         if self.family.layout is None:
             return [[self.image_token_id] * count for count in counts]
-        if len(self.special_ids) != len(self.family.special_tokens):
-            raise ValueError(
-                f"{field}: the tokenizer is needed to spell {', '.join(self.family.special_tokens)}"
-            )
-        return self.family.layout(self.config, encoder_inputs, self.image_token_id, self.special_ids)
+        if self.tokenizer is None:
+            raise ValueError(f"{field}: {self.family.model_type}'s image layout needs the model's tokenizer")
+        return self.family.layout(self.config, processed, self.image_token_id, self.tokenizer)
 
     def _expand(
         self, ids: list[int], counts: list[int], layouts: list[list[int]], field: str
