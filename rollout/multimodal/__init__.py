@@ -2,6 +2,9 @@
 
 image_parts.py: an image as users give it (PIL image, bytes, path, data URL) decoded and bounded;
 image_hash.py: the content hash prefix-cache keys carry; families.py: which image-text-to-text models are
-served exactly and which are refused (and why); image_prompt.py: prompt + images -> `MultiModalInputs`
-(mm_inputs.py), the placeholders expanded as the model's processor does; prompt_dicts.py: vLLM's prompt dicts.
+served exactly (token counts, layouts, the self-check's probe) and which are refused (and why);
+image_prompt.py: prompt ids + images -> `MultiModalInputs` (mm_inputs.py), placeholders expanded as the
+model's processor does; processor_parts.py: a processor's parts loaded apart where it cannot be built;
+prompt_dicts.py / llm_images.py: vLLM's prompt dicts for the offline `LLM`; chat_images.py: image parts of
+chat messages (OpenAI's image_url, vLLM's image / image_pil) taken out, leaving the template's placeholders.
 """
