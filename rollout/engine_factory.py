@@ -14,6 +14,7 @@ import time
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model import model_loader
+from rollout.engine.vision.vision_model import takes_images
 from rollout.model_path import check_model_path
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,11 @@ def load_engine(
     """An engine over the model at `model` (a path or hub id), on one device or `tensor_parallel_size` ranks."""
     check_model_path(model)
     config = config or EngineConfig()
+    if config.tensor_parallel_size > 1 and takes_images(model):
+        raise ValueError(
+            "tensor_parallel_size: image-text-to-text models run on one device (the vision encoder and the "
+            "image features are not sharded)"
+        )
     if config.tensor_parallel_size > 1:  # rank 0 of N: rollout/distributed/
         from rollout.distributed.launch import start_driver
 

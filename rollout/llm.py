@@ -24,6 +24,9 @@ from rollout.detokenize.logprob_tokens import with_decoded_tokens
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
+from rollout.multimodal.llm_images import chat_images, image_prompts
+from rollout.multimodal.mm_inputs import MultiModalInputs
+from rollout.multimodal.prompt_dicts import has_multi_modal_data
 from rollout.outputs import RequestOutput
 from rollout.prompt_inputs import PromptInput, PromptType, check_lora_request, parse_prompts
 from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
@@ -97,6 +100,11 @@ class LLM:
         """
         params = params_or_sampling_params(params, sampling_params)
         check_lora_request(lora_request)
+        if isinstance(prompts, (str, Mapping)):
+            prompts = [prompts]
+        if isinstance(prompts, (list, tuple)) and any(has_multi_modal_data(p) for p in prompts):
+            ids, texts, images = image_prompts(self, prompts)  # rollout/multimodal/llm_images.py
+            return self._generate_ids(ids, params, texts, use_tqdm, images)
         inputs = parse_prompts(prompts)
         token_prompts = self._tokenize(inputs)
         return self._generate_ids(token_prompts, params, [p.text for p in inputs], use_tqdm)
@@ -134,13 +142,18 @@ class LLM:
             raise ValueError("messages: must be a conversation (a list of messages) or a list of them")
         listed = tools_json(options.tools(tools))
         max_chars = self.max_prompt_chars if self.tokenizer is not None else None
-        token_prompts, texts = [], []
+        token_prompts, texts, images = [], [], []
         for i, conversation in enumerate(conversations):
-            turns = conversation_json(conversation, "messages" if single else f"messages[{i}]")
+            field = "messages" if single else f"messages[{i}]"
+            conversation, taken = chat_images(
+                self.engine.images, conversation, field
+            )  # multimodal/llm_images.py
+            turns = conversation_json(conversation, field, images=bool(taken))
             ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed, options.template_kwargs())
-            token_prompts.append(ids)
+            images.append(self.engine.images.build(ids, taken, field) if taken else None)
+            token_prompts.append(images[-1].prompt_token_ids if taken else ids)  # placeholders expanded
             texts.append(text)
-        return self._generate_ids(token_prompts, params, texts, use_tqdm)
+        return self._generate_ids(token_prompts, params, texts, use_tqdm, images)
 
     def score(
         self, token_ids_list: Sequence[Sequence[int]], top_logprobs: int | None = None, use_tqdm: bool = False
@@ -154,16 +167,22 @@ class LLM:
         return [score_output(output, top_logprobs) for output in outputs]
 
     def _generate_ids(
-        self, token_prompts: list[list[int]], params: Params, texts: list[str | None], use_tqdm: bool
+        self,
+        token_prompts: list[list[int]],
+        params: Params,
+        texts: list[str | None],
+        use_tqdm: bool,
+        images: Sequence[MultiModalInputs | None] | None = None,
     ) -> list[RequestOutput]:
         per_prompt = _params_per_prompt(params, len(token_prompts))
+        images = images if images is not None else [None] * len(token_prompts)
         with self._lock:
             self._writes.check(self.engine)
-            for ids, p in zip(token_prompts, per_prompt, strict=True):  # validate all before queueing any
-                self.engine.validate_request(ids, p)
+            for ids, p, mm in zip(token_prompts, per_prompt, images, strict=True):  # all before queueing any
+                self.engine.validate_request(ids, p, multi_modal=mm)
             request_ids = [f"llm-{next(self._ids)}" for _ in token_prompts]
             for i, (request_id, ids) in enumerate(zip(request_ids, token_prompts, strict=True)):
-                self.engine.add_request(request_id, ids, per_prompt[i], texts[i])
+                self.engine.add_request(request_id, ids, per_prompt[i], texts[i], multi_modal=images[i])
             return with_decoded_tokens(self._run(request_ids, use_tqdm), per_prompt, self.tokenizer)
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-# vLLM's multimodal keys (inputs/llm.py `_PromptOptions`): one place refuses them, until images land.
+# vLLM's multimodal keys (inputs/llm.py `_PromptOptions`): a prompt with `multi_modal_data` goes to
+# rollout/multimodal/prompt_dicts.py before this module; the others are refused here, in one place.
 MULTI_MODAL_KEYS = ("multi_modal_data", "mm_processor_kwargs", "media_io_kwargs", "multi_modal_uuids")
 # vLLM keys rollout has no counterpart for, with why.
 _UNSUPPORTED = {
@@ -63,8 +64,10 @@ def parse_prompt(prompt: object, field: str) -> PromptInput:
 
 
 def refuse_multi_modal(key: str, field: str) -> NoReturn:
-    """The one place multimodal prompt keys are refused (images replace it: docs/engine_api.md)."""
-    raise ValueError(f"{field}.{key}: multimodal inputs are not supported yet; send text or token ids")
+    """The one place vLLM's multimodal options rollout lacks are refused (images: `multi_modal_data`)."""
+    raise ValueError(
+        f"{field}.{key}: not supported; images go in 'multi_modal_data' (docs/models.md), nothing else does"
+    )
 
 
 def check_lora_request(lora_request: object) -> None:

@@ -116,7 +116,62 @@ def render() -> str:
     lines += [f"| `{f.model_type}` | {f.note or '-'} | exact | within noise |" for f in SUPPORTED]
     lines += ["", "## Refused at load (tested)", "", "| model_type | the refusal names | fp32 | bf16 |"]
     lines += ["|---|---|---|---|"] + [f"| `{f.model_type}` | {f.note} | refused | refused |" for f in REFUSED]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + image_text_section()) + "\n"
+
+
+IMAGE_TEXT = """
+## Image-text-to-text models
+
+Loaded with `AutoModelForImageTextToText` (a checkpoint whose config has a `vision_config`) and served
+unmodified: the engine's paged attention serves the language model only (`rollout/hf/attention_scope.py`),
+the vision tower keeps transformers' SDPA. Per request the vision encoder (the model's own
+`get_image_features`) runs once, on all the prompt's images as the processor batched them, and its features
+replace the image tokens' embeddings step by step (`rollout/engine/vision/`), so a prefill chunk may end
+inside an image; the features stay with the request for its n samples and a preemption's recompute, and are
+recomputed after a weight update (a push may reach the tower). Prefix-cache keys carry each image's content
+hash: the same text with other images never shares a block over or after the image. At load, after the text
+self-check, the engine's forward on a prompt with a synthetic image (a chunk ending inside it, then decode
+steps) is compared with the model's own forward (`rollout/engine/model/image_check.py`).
+
+Tested on tiny random configs with real PIL images (`tests/multimodal/`): fp32 logprobs equal a teacher-forced
+forward of the transformers model on the processor's inputs within 1e-4 (measured ~2e-7), greedy tokens equal
+its `generate`.
+
+| model_type | positions | processor used | fp32 |
+|---|---|---|---|
+"""
+_PROCESSORS = {
+    "llava": "`LlavaProcessor` (CLIP's image processor falls back to its PIL backend without torchvision)",
+    "llava_next": "`LlavaNextProcessor` (any-resolution tiles; the PIL image processor, no torchvision)",
+    "mistral3": "the image processor (`PixtralImageProcessorPil`, given the merged patch size) and tokenizer "
+    "apart: `PixtralProcessor` needs torchvision",
+    "idefics3": "`Idefics3Processor` (tiles with row/column markers and the global image; PIL image processor)",
+    "qwen2_vl": "the image processor (`Qwen2VLImageProcessorPil`) and tokenizer apart: `Qwen2VLProcessor` "
+    "builds a video processor that needs torchvision",
+    "qwen2_5_vl": "as `qwen2_vl`",
+}
+INSTALL = """
+What a user needs installed: `pillow` (already a dependency of transformers' image processors) for every
+family; no torchvision. A checkpoint directory is loaded with `AutoProcessor` where it builds, else with its
+`AutoImageProcessor` and `AutoTokenizer` apart (`rollout/multimodal/processor_parts.py`); in-memory models take
+a processor, or `ImageTextProcessor(tokenizer, image_processor)`, as `tokenizer=`. Video and audio inputs are
+refused by name. Refused at load, with the cause (`rollout/multimodal/families.py`):
+
+| model_type | the refusal names |
+|---|---|
+"""
+
+
+def image_text_section() -> list[str]:
+    from rollout.multimodal.families import REFUSED, SERVED
+
+    lines = [IMAGE_TEXT.rstrip("\n")]
+    for name, family in SERVED.items():
+        positions = "M-RoPE (3-D, from `get_rope_index`)" if family.mrope else "1-D"
+        lines.append(f"| `{name}` | {positions} | {_PROCESSORS.get(name, '-')} | exact |")
+    lines.append(INSTALL.rstrip("\n"))
+    lines += [f"| `{name}` | {cause} |" for name, cause in REFUSED.items()]
+    return lines
 
 
 def main() -> None:

@@ -54,6 +54,11 @@ def test_grpo_trl(tmp_path: Path) -> None:
     assert "mean reward: first step" in out
 
 
+def test_grpo_vlm_trains_a_vision_language_model_on_image_prompts(tmp_path: Path) -> None:
+    out = run_example("grpo_vlm.py", "--steps", "2", "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
+    assert "reward: first" in out and "importance ratio 1" in out
+
+
 def test_custom_loop_async_overlaps_generation_and_reports_the_sampling_versions(tmp_path: Path) -> None:
     out = run_example("custom_loop.py", "--steps", "3", "--async", cwd=tmp_path)
     pushed = [int(v) for v in re.findall(r"weights v(\d+)", out)]

@@ -44,7 +44,11 @@ def test_a_tokens_prompt_keeps_its_text_and_a_single_dict_is_one_prompt(llm: LLM
 @pytest.mark.parametrize(
     ("prompt", "message"),
     [
-        ({"prompt": "a", "multi_modal_data": {"image": None}}, r"prompts\[0\]\.multi_modal_data: multimodal"),
+        (
+            {"prompt": "a", "multi_modal_data": {"image": None}},
+            r"prompts\[0\]\.multi_modal_data: this model takes no",
+        ),
+        ({"prompt": "a", "mm_processor_kwargs": {}}, r"prompts\[0\]\.mm_processor_kwargs: not supported"),
         ({"prompt_token_ids": [5], "cache_salt": "s"}, r"prompts\[0\]\.cache_salt: per-request prefix-cache"),
         ({"prompt": "a", "promt_token_ids": [5]}, r"prompts\[0\]\.promt_token_ids: unknown prompt key"),
         ({"prompt_embeds": None}, r"prompts\[0\]\.prompt_embeds: embedding prompts"),

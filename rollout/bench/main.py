@@ -15,7 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollout.assets import default_model_path
-from rollout.bench import side_by_side, systems
+from rollout.bench import image_bench, side_by_side, systems
+from rollout.engine.vision.vision_model import takes_images
 from rollout.gc_heap import freeze_startup_heap
 
 
@@ -23,6 +24,8 @@ def run(args: argparse.Namespace, owns_process: bool = False) -> int:
     """The benchmark for `args` as bench/command.py parsed and checked them. `owns_process`: run as a program
     (`rollout bench`), not by code that keeps the process."""
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)  # transformers' per-run chatter
+    if args.model is not None and takes_images(args.model):  # images/s beside generate (image_bench.py)
+        return image_bench.run(args)
     lo, hi = args.prompt_len or ((8, 16) if args.model is None else (64, 128))
     new = args.new or (32 if args.model is None else 64)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -30,13 +30,14 @@ from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_to_proto, is_conversation, message_chars
 from rollout.protocol.generated import rollout_pb2 as pb
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
+from rollout.protocol.image_wire import has_images, image_prompt_to_proto
 from rollout.sampling_params.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.scoring import ScoreOutput, check_sequences, score_params
 
 if TYPE_CHECKING:
     from rollout.client.weight_push import WeightPusher
 
-PromptInput = str | Sequence[int] | Sequence[Mapping[str, Any]]
+PromptInput = str | Sequence[int] | Sequence[Mapping[str, Any]] | Mapping[str, Any]  # a dict: with images
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 _DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 # A server that went away (a crash, a restart) is found again within seconds, by this client and by a
@@ -362,6 +363,8 @@ def _prompt_size(message: pb.Prompt) -> int:
 
 
 def _prompt_to_proto(prompt: PromptInput, index: int, tools: Sequence[Any] | None = None) -> pb.Prompt:
+    if has_images(prompt):  # vLLM's multi_modal_data dicts, chats with image parts (protocol/image_wire.py)
+        return image_prompt_to_proto(prompt, f"prompts[{index}]", tools)
     if isinstance(prompt, str):
         return pb.Prompt(text=prompt)
     if is_conversation(prompt):  # each message whole, as JSON: tool calls, names, parts (chat_messages.py)

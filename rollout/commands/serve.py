@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollout.commands.arg_types import non_negative_float, positive_float, positive_int
 from rollout.commands.engine_args import add_engine_args, engine_source, loading_model
+from rollout.commands.image_args import add_image_args, image_limits
 from rollout.commands.ports import check_bindable, port_number
 from rollout.commands.usage import UsageError
 from rollout.config import EngineConfig
@@ -119,6 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default 120)",
     )
     add_engine_args(parser)
+    add_image_args(parser)  # image-text-to-text models (commands/image_args.py)
     parser.set_defaults(run=run)
 
 
@@ -155,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             max_generate_calls=args.max_generate_calls,
             extra_servicers=hooks,
             extra_service_names=names,
+            image_limits=image_limits(args),
         ).start()
     except OSError as exc:  # the port was taken while the model loaded
         raise UsageError(f"--port {args.port}: {exc}; pick another port, or 0 for a free one") from None
@@ -207,6 +210,7 @@ def _start_openai(args: argparse.Namespace, server):
             max_open_requests=args.max_generate_calls,
             served_model_names=args.served_model_name,
             tls=ServerTLS(args.tls_cert, args.tls_key) if args.tls_cert else None,
+            image_limits=image_limits(args),
         ).start()
     except OSError as exc:
         server.stop(grace=0.0)
@@ -244,6 +248,7 @@ def check_serve_args(args: argparse.Namespace) -> tuple[str | Path, EngineConfig
         )
     _check_tls(args.tls_cert, args.tls_key)
     compile_limits(args)
+    image_limits(args)  # a bad image flag is refused before the model loads
     if args.served_model_name is not None and args.openai_port is None:
         raise UsageError("--served-model-name names the model on the OpenAI API; it needs --openai-port")
     for name in args.served_model_name or ():

@@ -5,8 +5,9 @@ cached prefix: it stays findable by its hash until it is handed out again, and h
 least recently freed block first, so cached prefixes are evicted in LRU order. Sequences free
 their blocks tail first, which keeps the shared heads of prompts cached longest.
 
-Cache keys chain: a block's hash covers its parent's hash, its tokens and the weight version, so a
-block computed under old weights can never match after an update. A hybrid model's hit also needs
+Cache keys chain: a block's hash covers its parent's hash, its tokens (and the content hashes of the
+images among them) and the weight version, so a block computed under old weights can never match after
+an update, nor a block over one image for the same placeholder ids over another. A hybrid model's hit also needs
 the recurrent states after the hit blocks: it stops at the last one with a state snapshot
 (hybrid/state_snapshots.py), and a snapshot goes when its block is handed out again.
 """
@@ -243,8 +244,12 @@ class BlockManager:
         if block.ref_cnt == 0:
             self.free_queue[block_id] = None
 
-    def _block_tokens(self, seq: Sequence, index: int) -> tuple[int, ...]:
-        return tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+    def _block_tokens(self, seq: Sequence, index: int) -> tuple[int | str, ...]:
+        """The block's token ids, then the content hashes of the images among them: the same text with
+        other images must never match (rollout/multimodal/image_hash.py)."""
+        start, end = index * self.block_size, (index + 1) * self.block_size
+        mm = seq.request.multi_modal
+        return tuple(seq.token_ids[start:end]) + (mm.cache_keys(start, end) if mm is not None else ())
 
     def _hash(self, parent: int | None, tokens: tuple[int, ...]) -> int:
         return hash((parent, self.weight_version, tokens))

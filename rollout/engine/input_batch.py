@@ -17,6 +17,13 @@ class ModelInputs:
     position_ids: torch.Tensor  # [1, T]
     meta: AttentionMetadata
     logits_indices: torch.Tensor  # [R]: packed rows whose logits are sampled
+    inputs_embeds: torch.Tensor | None = None  # [1, T, hidden]: on steps with image tokens (engine/vision/)
+
+    def token_inputs(self) -> dict[str, torch.Tensor]:
+        """The model's token input: the ids, or embeddings with image features in place."""
+        if self.inputs_embeds is not None:
+            return {"inputs_embeds": self.inputs_embeds}
+        return {"input_ids": self.input_ids}
 
 
 def prepare_inputs(sched: SchedulerOutput, block_size: int, device: torch.device) -> ModelInputs:

@@ -34,6 +34,8 @@ from rollout.engine.scheduler import Scheduler, SchedulerOutput
 from rollout.engine.sleep.engine_memory import EngineMemory
 from rollout.engine.versions.in_flight import InFlightPlan, InFlightPolicy, InFlightReport
 from rollout.engine.versions.resume import resume_into
+from rollout.engine.vision.vision_model import check_multi_modal, split_processor
+from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.ops.host_to_device import to_device
 from rollout.outputs import PartialSample, RequestOutput
 from rollout.sampling_params import SamplingParams
@@ -53,22 +55,20 @@ class LLMEngine:
         model_name: str | None = None,
         runner_factory: RunnerFactory = single_device,
     ) -> None:
-        """`runner_factory` receives the local `ModelRunner` once it is built and self-checked, and returns
-        the runner every step goes through (rollout/engine/runner.py); the engine never swaps it."""
+        """`tokenizer`: or a processor (with images); `runner_factory` wraps the built, self-checked local
+        `ModelRunner` into the runner every step goes through (engine/runner.py); it is never swapped."""
         self.config = config or EngineConfig()
         self.model = model_loader.prepare_model(model, self.config)
-        self.tokenizer = tokenizer
+        self.tokenizer, self.images = split_processor(self.model, tokenizer)  # images: vision/vision_model.py
         self.detokenize = True  # the server turns it off: its RPC threads decode, never the loop thread
-        self.stop_strings = StopStrings(tokenizer)  # checked here, or collected for a thread that checks them
+        self.stop_strings = StopStrings(self.tokenizer)  # checked here, or collected for a checking thread
         self.streamed = StreamedTokens()  # new tokens of requests added with stream=True
         self.max_model_len = kv_sizing.max_model_len(self.model, self.config)
         # The local runner stays for the update self-check (single device only: TP refuses that option).
         self.local_runner, self.state_budget = build_runner(self.model, self.config, self.max_model_len)
-        states = self.local_runner.states
+        states, num_blocks = self.local_runner.states, self.local_runner.num_blocks
         self.is_hybrid = states is not None
-        self.block_manager = BlockManager.of(
-            self.config, self.local_runner.num_blocks, states, self.state_budget
-        )
+        self.block_manager = BlockManager.of(self.config, num_blocks, states, self.state_budget)
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.runner: Runner = runner_factory(self.local_runner)
         # The weight version, the adapters and how updates are written (engine_weights.py).
@@ -77,31 +77,34 @@ class LLMEngine:
         )
         self.adapters: AdapterStore = self.weights.adapters
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, tokenizer))
+        self.eos_token_ids = frozenset(model_loader.eos_token_ids(self.model, self.tokenizer))
         self.sampler = Sampler(self.config.seed, self.eos_token_ids)
-        self.grammars = RequestGrammars(tokenizer, self.vocab_size, self.eos_token_ids)
+        self.grammars = RequestGrammars(self.tokenizer, self.vocab_size, self.eos_token_ids)
         self.limits = RequestLimits(
             self.vocab_size, self.max_model_len, self.config.max_num_seqs, self.eos_token_ids
         )
-        shape = (self.max_model_len, self.vocab_size, self.eos_token_ids, self.config.block_size)
-        self.model_info = ModelInfo.of(self.model, model_name, *shape, self.local_runner.num_blocks)
+        self.model_info = ModelInfo.of(
+            self.model, model_name, self.limits, self.config.block_size, num_blocks
+        )
         self.memory = EngineMemory(self)  # sleep mode: what memory it holds, given back (sleep/)
         self.requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
         self._seq_ids = itertools.count()
         self._aborted: list[RequestOutput] = []
-        self._num_generated_tokens = 0
-        self._num_requests_finished = 0
+        self._num_generated_tokens = self._num_requests_finished = 0
         self.in_flight_totals = InFlightReport()
         self.last_in_flight = InFlightReport()
 
-    # ---- requests ---------------------------------------------------------------------------
-
     def validate_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, resume: PartialSample | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        resume: PartialSample | None = None,
+        multi_modal: MultiModalInputs | None = None,
     ) -> None:
         """Raises ValueError naming the offending field; nothing is queued (requests/validation.py)."""
         check_request(prompt_token_ids, params, resume, self.limits, self.tokenizer)
+        check_multi_modal(self.images, multi_modal, list(prompt_token_ids))  # vision/vision_model.py
         self.grammars.compile(params)  # on the validating thread; the loop's call is a cache hit
 
     def add_request(
@@ -112,17 +115,18 @@ class LLMEngine:
         prompt: str | None = None,
         resume: PartialSample | None = None,
         stream: bool = False,
+        multi_modal: MultiModalInputs | None = None,
     ) -> None:
-        """Queues a request; with `resume`, it continues that partial sample (rollout/engine/versions/resume.py).
-
-        `stream`: its samples' new tokens are kept for `engine.streamed.take()` after each step."""
+        """Queues a request; with `resume`, it continues that partial sample (engine/versions/resume.py);
+        `stream`: new tokens kept for `engine.streamed.take()`; `multi_modal`: its images (engine/vision/)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         self.memory.check_can_generate()  # never queued into a sleeping engine (sleep/engine_memory.py)
-        self.validate_request(prompt_token_ids, params, resume)
+        self.validate_request(prompt_token_ids, params, resume, multi_modal)
         params = admitted_params(params, self.tokenizer, self.config.logprobs_mode)
         arrival, version = next(self._arrivals), self.weights.version
         request = Request(request_id, list(prompt_token_ids), params, arrival, version, prompt, stream=stream)
+        request.multi_modal = multi_modal
         request.sequences.append(self._new_sequence(request, resume.index if resume else 0))
         if resume is not None:
             resume_into(request.sequences[0], resume)

@@ -21,7 +21,9 @@ from rollout.engine.kv import kv_sizing
 from rollout.engine.kv.kv_cache import KVCacheSpec, allocate_kv_caches, copy_blocks
 from rollout.engine.model import model_guard, self_check
 from rollout.engine.model.derived_positions import derives_positions, position_inputs
+from rollout.engine.model.image_check import check_with_image
 from rollout.engine.scheduler import SchedulerOutput
+from rollout.engine.vision.image_embeddings import ImageEmbeddings
 from rollout.hf.attention import ForwardContext, forward_context
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.backends import get_backend
@@ -50,6 +52,7 @@ class ModelRunner:
         self.scratch_slot = num_blocks * block_size
         self.decode_graphs: DecodeGraphs | None = None
         self.derives_positions = derives_positions(model)
+        self.images = ImageEmbeddings.of(model)  # an image-text model's: features at image tokens
 
     def enable_decode_graphs(self, max_num_seqs: int, max_model_len: int, capture: bool) -> bool:
         """Routes pure-decode steps through padded static buffers; `capture` records CUDA graphs of them.
@@ -68,9 +71,16 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput) -> torch.Tensor:
         """Computes the scheduled tokens' KV and returns fp32 logits [R, vocab] of the sampling rows."""
         copy_blocks(self.kv_caches, sched.blocks_to_copy)
-        if self.decode_graphs is not None and self.decode_graphs.can_run(sched):
+        items = [(item.seq, item.num_new_tokens) for item in sched.scheduled] if self.images else []
+        images = self.images is not None and self.images.needed(items)
+        if not images and self.decode_graphs is not None and self.decode_graphs.can_run(sched):
             return self.decode_graphs.run(sched)
         inputs = prepare_inputs(sched, self.block_size, self.device)
+        if images:
+            ids, positions = inputs.input_ids, inputs.position_ids
+            inputs.inputs_embeds, inputs.position_ids = self.images.inputs(
+                items, ids, positions, sched.weight_version
+            )
         if self.states is None:
             return self.forward(inputs)
         slots = [
@@ -85,7 +95,7 @@ class ModelRunner:
         context = ForwardContext(self.kv_caches, inputs.meta, self.backend)
         with forward_context(context):
             out = self.model(
-                input_ids=inputs.input_ids,
+                **inputs.token_inputs(),
                 position_ids=inputs.position_ids,
                 logits_to_keep=inputs.logits_indices,
                 use_cache=False,
@@ -115,6 +125,8 @@ def build_runner(
     runner = ModelRunner(model, kv_spec, num_blocks, config.block_size, backend, states)
     if config.self_check:
         self_check.run_self_check(model, kv_spec, backend, config.block_size, max_model_len)
+        if runner.images is not None:  # an image-text model: once more, with an image (model/image_check.py)
+            check_with_image(model, runner.images, kv_spec, backend, config.block_size)
     if (
         use_cuda_graphs(config, model.device, backend, model) and states is None
     ):  # hybrids: per-sequence calls

@@ -40,6 +40,7 @@ class SchedulerOutput:
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     num_batched_tokens: int = 0
+    weight_version: int = 0  # the version serving this step: image features older than it are recomputed
 
     @property
     def is_empty(self) -> bool:
@@ -71,7 +72,7 @@ class Scheduler:
         self.running.append(seq)
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(weight_version=self.block_manager.weight_version)
         budget = self.max_num_batched_tokens
         decoding = [s for s in self.running if s.num_pending_tokens == 1]
         prefilling = [s for s in self.running if s.num_pending_tokens > 1]

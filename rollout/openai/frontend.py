@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rollout.detokenize.finish_text import finish_text
+from rollout.multimodal.image_parts import ImageLimits
 from rollout.openai.admission_gate import Gate
 from rollout.openai.replies.response_objects import ReplyOptions, chat_choice, completion_choice, usage
 from rollout.openai.requests.prepare import Prepared, Preparer
@@ -41,6 +42,7 @@ class Frontend:
         tool_parser: str | None = None,
         max_open_requests: int = 256,
         served_model_names: Sequence[str] | None = None,
+        image_limits: ImageLimits | None = None,
     ):
         engine = loop.engine
         template = getattr(engine.tokenizer, "chat_template", None)
@@ -50,7 +52,7 @@ class Frontend:
         self.loop = loop
         self.served = ServedNames.of(served_model_names, engine.model_info.name)
         self.tool_parser = parser
-        self.preparer = Preparer(engine, self.served, parser, loop.max_pending_requests)
+        self.preparer = Preparer(engine, self.served, parser, loop.max_pending_requests, image_limits)
         # Each open request waits for its samples on one of these threads, as a gRPC call holds one;
         # the gate bounds open requests to their number (admission_gate.py), the 8 more prepare and write.
         self.executor = ThreadPoolExecutor(max_open_requests + 8, "rollout-openai")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from rollout.multimodal.image_parts import ImageLimits
 from rollout.openai.app import build_app
 from rollout.openai.frontend import Frontend
 from rollout.server.app import ServerTLS
@@ -36,8 +37,11 @@ class OpenAIServer:
         max_open_requests: int = 256,
         served_model_names: Sequence[str] | None = None,
         tls: ServerTLS | None = None,
+        image_limits: ImageLimits | None = None,
     ):
-        self.frontend = Frontend(loop, tool_call_parser, max_open_requests, served_model_names)
+        """`image_limits`: an image-text-to-text model's image parts (count, size, whether http(s) URLs are
+        fetched: not by default)."""
+        self.frontend = Frontend(loop, tool_call_parser, max_open_requests, served_model_names, image_limits)
         app = build_app(self.frontend, metrics or Metrics(loop), token, max_body_bytes)
         self.scheme = "https" if tls else "http"
         config = uvicorn.Config(

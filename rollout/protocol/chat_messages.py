@@ -56,13 +56,14 @@ def json_value(value: Any, field: str) -> Any:
     )
 
 
-def conversation_json(messages: Conversation, field: str) -> list[dict[str, Any]]:
+def conversation_json(messages: Conversation, field: str, images: bool = False) -> list[dict[str, Any]]:
     """The messages as JSON objects, exactly what a server decodes from `conversation_to_proto`; each
-    one checked (message_checks.py)."""
+    one checked (message_checks.py); `images`: bare {"type": "image"} placeholder parts are allowed (their
+    images were taken out, rollout/multimodal/chat_images.py)."""
     if not is_conversation(messages):
         raise ValueError(f"{field}: must be a non-empty list of message objects")
     turns = [json_value(m, f"{field}[{i}]") for i, m in enumerate(messages)]
-    check_conversation(turns, field)
+    check_conversation(turns, field, images)
     return turns
 
 
@@ -74,9 +75,13 @@ def tools_json(tools: Sequence[Any] | None, field: str = "tools") -> list[Any] |
     return json_value(tools, field)
 
 
-def conversation_to_proto(messages: Conversation, tools: Sequence[Any] | None, field: str) -> pb.ChatMessages:
-    """Plain turns keep the old role/content fields (older servers read them); the rest go as JSON."""
-    chat = pb.ChatMessages(messages=[_message_to_proto(m) for m in conversation_json(messages, field)])
+def conversation_to_proto(
+    messages: Conversation, tools: Sequence[Any] | None, field: str, images: bool = False
+) -> pb.ChatMessages:
+    """Plain turns keep the old role/content fields (older servers read them); the rest go as JSON.
+    `images`: image placeholder parts allowed (their images travel in `Prompt.images`)."""
+    turns = conversation_json(messages, field, images)
+    chat = pb.ChatMessages(messages=[_message_to_proto(m) for m in turns])
     listed = tools_json(tools)
     if listed is not None:
         chat.tools_json = json.dumps(listed)
@@ -89,12 +94,15 @@ def _message_to_proto(message: dict[str, Any]) -> pb.ChatMessage:
     return pb.ChatMessage(message_json=json.dumps(message))
 
 
-def conversation_from_proto(chat: pb.ChatMessages) -> tuple[list[dict[str, Any]], list[Any] | None]:
-    """The messages and tools a client sent; ValueError naming the field that does not decode."""
+def conversation_from_proto(
+    chat: pb.ChatMessages, images: bool = False
+) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    """The messages and tools a client sent; ValueError naming the field that does not decode.
+    `images`: the prompt carries images, so image placeholder parts are allowed."""
     messages = [_message_from_proto(m, f"chat.messages[{i}]") for i, m in enumerate(chat.messages)]
     if not messages:
         raise ValueError("chat: no messages")
-    check_conversation(messages, "chat.messages")
+    check_conversation(messages, "chat.messages", images)
     tools = _decode(chat.tools_json, "chat.tools_json") if chat.HasField("tools_json") else None
     if tools is not None and not isinstance(tools, list):
         raise ValueError("chat.tools_json: must be a JSON array of tool definitions")

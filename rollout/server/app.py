@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from rollout.multimodal.image_parts import ImageLimits
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.server.boot_id import BootIdInterceptor, new_boot_id
 from rollout.server.decode_errors import DecodeErrorInterceptor
@@ -102,6 +103,7 @@ def build_server(
     control_threads: int = DEFAULT_CONTROL_THREADS,
     token_for_health_and_reflection: bool = False,
     boot_id: str | None = None,
+    image_limits: ImageLimits | None = None,
 ) -> tuple[grpc.Server, int]:
     """A server (not started) with RolloutService, health, reflection and every extra servicer.
 
@@ -130,7 +132,7 @@ def build_server(
     threads = futures.ThreadPoolExecutor(max_generate_calls + control_threads, "rollout-rpc")
     server = grpc.server(threads, interceptors=interceptors, options=options)
     pb_grpc.add_RolloutServiceServicer_to_server(
-        RolloutServicer(engine_loop, metrics or Metrics(engine_loop), boot_id), server
+        RolloutServicer(engine_loop, metrics or Metrics(engine_loop), boot_id, image_limits), server
     )
     for hook in extra_servicers:
         hook(server, engine_loop, boot_id)

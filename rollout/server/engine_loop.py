@@ -120,7 +120,7 @@ class EngineLoop:
         cached result: nothing is generated twice.
         """
         for sub in submissions:
-            self.engine.validate_request(sub.prompt_token_ids, sub.params)
+            self.engine.validate_request(sub.prompt_token_ids, sub.params, multi_modal=sub.multi_modal)
         sink: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()
         with self._cond:
             self._check_admission_locked(submissions)
@@ -316,6 +316,7 @@ class EngineLoop:
                     sub.prompt,
                     resume=sub.resume,
                     stream=sub.stream,
+                    multi_modal=sub.multi_modal,
                 )
                 if sub.params.stop:
                     self._stop_watch.watch(sub.request_id, sub.prompt_token_ids, sub.params)

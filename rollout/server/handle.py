@@ -19,6 +19,7 @@ from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from rollout.engine.output.token_stream import TokenDelta
+    from rollout.multimodal.mm_inputs import MultiModalInputs
     from rollout.outputs import PartialSample
 
 
@@ -41,6 +42,7 @@ class Submission:
     resume: PartialSample | None = None  # continue this partial sample (rollout/engine/versions/resume.py)
     caller: str = ""
     stream: bool = False
+    multi_modal: MultiModalInputs | None = None  # its images, processed off the loop (rollout/multimodal/)
 
 
 @dataclass(slots=True)

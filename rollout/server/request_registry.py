@@ -94,7 +94,9 @@ class RequestRegistry:
         for sub in submissions:
             known = self.unfinished.get(sub.request_id) or self.finished.get(sub.request_id)
             if known is not None and (
-                known.sub.prompt_token_ids != sub.prompt_token_ids or known.sub.params != sub.params
+                known.sub.prompt_token_ids != sub.prompt_token_ids
+                or known.sub.params != sub.params
+                or _image_hashes(known.sub) != _image_hashes(sub)  # the same text with other images
             ):
                 raise RequestConflictError(
                     f"request_id {sub.request_id!r} was already used with a different prompt or sampling params"
@@ -213,3 +215,7 @@ class RequestRegistry:
 
     def in_engine(self) -> list[str]:
         return [r for r, t in self.unfinished.items() if t.in_engine]
+
+
+def _image_hashes(sub: Submission) -> tuple[str, ...]:
+    return sub.multi_modal.image_hashes if sub.multi_modal is not None else ()

@@ -15,6 +15,7 @@ import rollout
 from rollout.detokenize.finish_text import finish_text
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
 from rollout.engine.sleep.engine_memory import SleepModeError
+from rollout.multimodal.image_parts import ImageLimits
 from rollout.outputs import CompletionOutput
 from rollout.protocol import convert
 from rollout.protocol.chat_messages import conversation_from_proto
@@ -40,6 +41,7 @@ from rollout.server.loop_errors import (
     RequestConflictError,
 )
 from rollout.server.metrics import Metrics
+from rollout.server.prompt_images import prompt_images
 from rollout.server.retry_after import abort_retry_later
 from rollout.server.sleep_control import sleep, sleep_state, wake_up
 from rollout.structured_outputs.compile_pool import CompilersBusyError
@@ -70,8 +72,11 @@ def abort_with(context: grpc.ServicerContext, exc: Exception) -> None:
 
 
 class RolloutServicer(pb_grpc.RolloutServiceServicer):
-    def __init__(self, loop: EngineLoop, metrics: Metrics, boot_id: str = ""):
+    def __init__(
+        self, loop: EngineLoop, metrics: Metrics, boot_id: str = "", image_limits: ImageLimits | None = None
+    ):
         self.loop = loop
+        self.image_limits = image_limits or ImageLimits()  # a prompt's images: count and size
         self.metrics = metrics
         self.boot_id = boot_id
         tokenizer = loop.engine.tokenizer
@@ -168,13 +173,23 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         for i, prompt in enumerate(request.prompts):
             try:
                 ids, text = self._prompt_ids(prompt)
+                mm = prompt_images(
+                    self.loop.engine.images, prompt, ids, self.image_limits
+                )  # prompt_images.py
+                ids = mm.prompt_token_ids if mm is not None else ids
                 resume = convert.partial_from_proto(prompt.resume) if prompt.HasField("resume") else None
-                self.loop.engine.validate_request(ids, params, resume)
+                self.loop.engine.validate_request(ids, params, resume, multi_modal=mm)
             except ValueError as exc:
                 raise type(exc)(f"prompts[{i}]: {exc}") from None
             subs.append(
                 Submission(
-                    prompt.request_id or f"{base_id}-{i}", ids, params, text, resume=resume, caller=caller
+                    prompt.request_id or f"{base_id}-{i}",
+                    ids,
+                    params,
+                    text,
+                    resume=resume,
+                    caller=caller,
+                    multi_modal=mm,
                 )
             )
         return subs
@@ -189,7 +204,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                 raise ValueError("text: the prompt is empty")
             return tokenize_text(tokenizer, prompt.text, self._max_text_chars), prompt.text
         if kind == "chat":
-            messages, tools = conversation_from_proto(prompt.chat)
+            messages, tools = conversation_from_proto(prompt.chat, images=len(prompt.images) > 0)
             return tokenize_chat(tokenizer, messages, self._max_text_chars, tools)
         raise ValueError("prompt: empty; set token_ids, text or chat")
 

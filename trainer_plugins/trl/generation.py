@@ -32,6 +32,7 @@ from .generation_kwargs import (
     refusal_reasons,
     with_trl_regex,
 )
+from .image_prompts import has_images, with_images
 from .rollout_batch import RolloutBatch
 from .text_settings import TEXT_GENERATION_KWARGS
 from .trained_policy import TrainedPolicy
@@ -103,9 +104,7 @@ class RolloutGeneration(VLLMGeneration):
         if self.accelerator.is_main_process:
             self.client = server_checks.connect(self.rollout_config)
             self.watch = server_restarts.RestartWatch(self.client)
-            infos = server_checks.check_server(
-                self.client, self.model, self.processing_class, self.rollout_config
-            )
+            infos = server_checks.check_server(self.client, self.model, self._tokenizer, self.rollout_config)
         self._set_facts(infos if self.accelerator.is_main_process else None)
         params = self.sampling_params(1, max_tokens=self.max_completion_length or self.context_length)
         self.policy.start(params, self.eos_token_ids_served, self.vocab_size_served, self._tokenizer)
@@ -199,7 +198,7 @@ class RolloutGeneration(VLLMGeneration):
         infos = None
         if self.accelerator.is_main_process:
             self.watch, infos = server_restarts.recheck(
-                self.client, self.model, self.processing_class, self.rollout_config
+                self.client, self.model, self._tokenizer, self.rollout_config
             )
         self._set_facts(infos)
         self.probe_due = self.rollout_config.parity_probe
@@ -321,11 +320,11 @@ class RolloutGeneration(VLLMGeneration):
         profiler: AbstractContextManager | None = None,
     ) -> tuple[list[list[int]], list[list[int]], list[list[list[float]]], None]:
         """Same contract as VLLMGeneration.generate: this process's slice, samples of a prompt consecutive."""
-        if images is not None and any(image is not None for image in images):
-            raise NotImplementedError("multimodal prompts are not supported by the rollout server")
         all_prompts = gather_object(prompts)
         unique_prompts = [list(ids) for ids in all_prompts[::num_generations]]
-        rounds = self.async_rounds if self.model.training else None  # evaluation stays synchronous
+        if has_images(images):  # the VLM path: ids with their images (image_prompts.py), never ahead
+            unique_prompts = with_images(unique_prompts, gather_object(images), num_generations)
+        rounds = self.async_rounds if self.model.training and not has_images(images) else None
         batch = rounds.take(unique_prompts, num_generations) if rounds is not None else None
         if batch is None:
             batch = self._generate_fresh(unique_prompts, num_generations, profiler)

@@ -33,16 +33,16 @@ def per_token_logps(
     compute_aux_loss: bool = False,
     **multimodal: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    given = sorted(name for name, value in multimodal.items() if value is not None)
-    if given:
-        raise NotImplementedError(f"the processed-policy replay takes text prompts only, got {given}")
     batch_size = batch_size or input_ids.size(0)
+    images = _image_inputs(multimodal, batch_size < input_ids.size(0))
     logps, entropies, aux_losses = [], [], []
     for start in range(0, input_ids.size(0), batch_size):
         ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
         extra = {"output_router_logits": True} if compute_aux_loss else {}
         with autocast():
-            outputs = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1, **extra)
+            outputs = model(
+                input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1, **extra, **images
+            )
         logits = outputs.logits[:, :-1]  # [b, T, vocab]: position t predicts completion token t
         chunk_logps, chunk_entropy = _replayed(
             logits, ids, mask, logits_to_keep, replay, params, compute_entropy
@@ -89,3 +89,14 @@ def _sample(row_ids: torch.Tensor, row_mask: torch.Tensor, length: int) -> tuple
     if not bool(completion_mask[:count].all()):
         raise ValueError("the completion mask has gaps: the replay needs each completion's tokens in order")
     return prompt, row_ids[-length:][:count].tolist()
+
+
+def _image_inputs(multimodal: dict[str, Any], chunked: bool) -> dict[str, Any]:
+    """The processor's image tensors for the model's forward (TRL's `num_images` is its own bookkeeping);
+    images are taken in one chunk only: TRL slices them per chunk by image, which is not replayed here."""
+    given = {name: value for name, value in multimodal.items() if value is not None}
+    if given and chunked:
+        raise NotImplementedError(
+            f"the processed-policy replay takes image prompts ({sorted(given)}) in one chunk of sequences only"
+        )
+    return {name: value for name, value in given.items() if name != "num_images"}

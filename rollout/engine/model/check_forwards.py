@@ -21,6 +21,7 @@ from rollout.engine.model.derived_positions import derives_positions, position_i
 from rollout.engine.model.pinned_routing import RoutingPin
 from rollout.hf import attention as hf_attention
 from rollout.hf.attention import ForwardContext
+from rollout.hf.attention_scope import set_engine_attention
 from rollout.ops.attention_backend import AttentionBackend
 from rollout.ops.attention_metadata import AttentionMetadata
 
@@ -137,4 +138,4 @@ def eager_logits(
                 out.append(model(input_ids=ids, use_cache=False, **extra).logits[0].float())
         return out
     finally:
-        model.set_attn_implementation(hf_attention.ATTN_IMPLEMENTATION)
+        set_engine_attention(model)

@@ -19,7 +19,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from rollout.engine.model.check_plan import FIRST_CHUNK, CheckPlan
 from rollout.engine.model.pinned_routing import RoutingPin
-from rollout.hf import attention as hf_attention
+from rollout.hf.attention_scope import set_engine_attention
 
 NOISE_FACTOR = 2.0
 
@@ -65,4 +65,4 @@ def generate_path_logits(model: PreTrainedModel, plan: CheckPlan, pin: RoutingPi
             out.append(torch.cat(parts))
         return out
     finally:
-        model.set_attn_implementation(hf_attention.ATTN_IMPLEMENTATION)
+        set_engine_attention(model)

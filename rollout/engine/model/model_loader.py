@@ -7,14 +7,25 @@ import os
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    ProcessorMixin,
+)
 
 from rollout.config import EngineConfig
 from rollout.engine.hybrid.recurrent_layers import attention_layer_indices
 from rollout.engine.model.model_guard import check_stateful_layers
 from rollout.engine.model.shared_attention import index_shared_attention
+from rollout.engine.requests.validation import RequestLimits
+from rollout.engine.vision.vision_model import check_image_model, takes_images
 from rollout.hf import attention as hf_attention
 from rollout.hf import fused_modules
+from rollout.hf.attention_scope import set_engine_attention, uses_engine_attention
+from rollout.multimodal.processor_parts import ImageTextProcessor, load_processor
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -34,24 +45,18 @@ class ModelInfo:
 
     @classmethod
     def of(
-        cls,
-        model: PreTrainedModel,
-        name: str | None,
-        max_model_len: int,
-        vocab_size: int,
-        eos_token_ids: frozenset[int],
-        block_size: int,
-        num_blocks: int,
+        cls, model: PreTrainedModel, name: str | None, limits: RequestLimits, block_size: int, num_blocks: int
     ) -> ModelInfo:
-        """What the engine reports about its model; `name` defaults to the model's own path or class."""
+        """What the engine reports about its model (`limits`: its context, vocabulary and EOS ids); `name`
+        defaults to the model's own path or class."""
         return cls(
             name=name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
             architecture=type(model).__name__,
             dtype=str(model.dtype).removeprefix("torch."),
             device=str(model.device),
-            max_model_len=max_model_len,
-            vocab_size=vocab_size,
-            eos_token_ids=tuple(sorted(eos_token_ids)),
+            max_model_len=limits.max_model_len,
+            vocab_size=limits.vocab_size,
+            eos_token_ids=tuple(sorted(limits.eos_token_ids)),
             block_size=block_size,
             num_blocks=num_blocks,
         )
@@ -82,8 +87,13 @@ def load_pretrained(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """The model at `path` on the configured device/dtype, and its tokenizer (see `resolve_tokenizer`)."""
     device = resolve_device(config)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    images = takes_images(path)  # an image-text-to-text model: its processor too (vision/vision_model.py)
+    model = (AutoModelForImageTextToText if images else AutoModelForCausalLM).from_pretrained(
+        path, dtype="auto"
+    )
     model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
+    if images and tokenizer is None:
+        return model, load_processor(path)
     return model, resolve_tokenizer(tokenizer, path)
 
 
@@ -91,7 +101,7 @@ def resolve_tokenizer(
     tokenizer: TokenizerArg, model_path: str | os.PathLike | None = None
 ) -> PreTrainedTokenizerBase | None:
     """A tokenizer object as given; a path the user named must load; the model's own directory may lack one."""
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
+    if isinstance(tokenizer, (PreTrainedTokenizerBase, ProcessorMixin, ImageTextProcessor)):  # with images
         return tokenizer
     if tokenizer is not None:
         try:
@@ -117,6 +127,7 @@ def resolve_tokenizer(
 def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedModel:
     """Puts an in-memory model on the configured device/dtype, switches it to paged attention and, on
     the CPU, to the fused modules (hf/fused_modules.py) inside the engine."""
+    check_image_model(model)  # an image-text-to-text family the engine does not serve is named first
     shards = getattr(model, "_tp_size", None) or 1
     if shards != config.tensor_parallel_size:
         raise ValueError(
@@ -127,8 +138,8 @@ def prepare_model(model: PreTrainedModel, config: EngineConfig) -> PreTrainedMod
         device = resolve_device(config) if config.device != "auto" else model.device
         model = model.to(device=device, dtype=resolve_dtype(config, device, model.dtype))
     hf_attention.register()
-    model.set_attn_implementation(hf_attention.ATTN_IMPLEMENTATION)
-    if model.config._attn_implementation != hf_attention.ATTN_IMPLEMENTATION:
+    set_engine_attention(model)  # an image-text model's language model only (hf/attention_scope.py)
+    if not uses_engine_attention(model):
         raise ValueError(f"{type(model).__name__} does not support transformers' attention interface")
     index_shared_attention(model)  # Zamba2: attention told its layer at call time gets it now
     _check_layer_indices(model)

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING
 from rollout.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    import torch
+
     from rollout.detokenize.sample_text import SampleText
     from rollout.engine.sample.token_counts import TokenCounts
+    from rollout.multimodal.mm_inputs import MultiModalInputs
     from rollout.structured_outputs.grammar_state import GrammarState
 
 
@@ -41,6 +44,11 @@ class Request:
     # Prompt tokens served from the prefix cache when first scheduled (vLLM's `num_cached_tokens`:
     # set once, a later preemption's hits are not counted); None until then.
     num_cached_tokens: int | None = None
+    # With images: the processed prompt (rollout/multimodal/), and its encoder features with the weight
+    # version that computed them (engine/vision/image_embeddings.py), kept until the request finishes.
+    multi_modal: MultiModalInputs | None = None
+    image_features: tuple[int, torch.Tensor] | None = None
+    mrope: tuple[torch.Tensor, int] | None = None  # M-RoPE: the prompt's [3, L] positions, the decode delta
 
     def __post_init__(self) -> None:
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:

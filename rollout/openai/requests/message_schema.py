@@ -14,23 +14,32 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from PIL import Image
+
+from rollout.multimodal.chat_images import take_images
+from rollout.multimodal.image_parts import ImageLimits
 from rollout.protocol.chat_messages import conversation_json, tools_json
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # The content part types each role may send (media parts are refused earlier, for every role).
-PART_TYPES = {"assistant": ("text", "refusal")}
+PART_TYPES = {"assistant": ("text", "refusal"), "user": ("text", "image")}
 TEXT_PARTS = ("text",)
 
 
 def openai_conversation(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, images: ImageLimits | None = None
+) -> tuple[list[dict[str, Any]], list[Any] | None, list[Image.Image]]:
     """The request's messages and tools as the template gets them, checked by every path's rules and
-    OpenAI's; ValueError naming the field path (`messages[2].role`, `tools[0].function.name`)."""
-    turns = conversation_json(messages, "messages")
+    OpenAI's, and the images of its image parts (`images`: the limits, when the model takes images; each
+    part left as a {"type": "image"} placeholder, rollout/multimodal/chat_images.py); ValueError naming
+    the field path (`messages[2].role`, `tools[0].function.name`, `messages[0].content[1]`)."""
+    taken: list[Image.Image] = []
+    if images is not None:
+        messages, taken = take_images(messages, "messages", images)
+    turns = conversation_json(messages, "messages", images=bool(taken))
     check_messages(turns)
     check_tools(tools)
-    return turns, tools_json(tools)
+    return turns, tools_json(tools), taken
 
 
 def check_messages(messages: Sequence[Mapping[str, Any]], field: str = "messages") -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.engine.sample.bad_words import with_bad_words_tokenized
+from rollout.multimodal.image_parts import ImageLimits
+from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.openai.replies.response_objects import ReplyOptions
 from rollout.openai.requests.chat_turns import appended_prompt
 from rollout.openai.requests.message_schema import openai_conversation
@@ -45,8 +47,17 @@ class Prepared:
 class Preparer:
     """Turns request bodies into Submissions for one engine (its tokenizer, context, vocabulary)."""
 
-    def __init__(self, engine: Any, served: ServedNames, tool_parser: str, max_prompts: int | None = None):
+    def __init__(
+        self,
+        engine: Any,
+        served: ServedNames,
+        tool_parser: str,
+        max_prompts: int | None = None,
+        image_limits: ImageLimits | None = None,
+    ):
         self.engine = engine
+        # image parts are taken on an image-text-to-text model only (message_checks.py refuses them otherwise)
+        self.image_limits = (image_limits or ImageLimits()) if engine.images is not None else None
         self.max_prompts = max_prompts  # the engine loop's max_pending_requests: counted before tokenizing
         self.served = served
         self.tool_parser = tool_parser
@@ -59,19 +70,22 @@ class Preparer:
     def chat(self, req: ChatCompletionRequest, request_id: str, caller: str) -> Prepared:
         self.served.check(req.model)
         _check_chat_options(req, self.engine.vocab_size)
-        messages, tools = openai_conversation(req.messages, req.tools)
+        messages, tools, images = openai_conversation(req.messages, req.tools, self.image_limits)
         extensions: dict[str, Any] = {}
         if req.prompt_token_ids is not None:
+            if images:
+                raise ValueError("prompt_token_ids: not taken with image parts; send the whole conversation")
             ids = appended_prompt(self.tokenizer, list(req.prompt_token_ids), messages, tools, self.max_chars)
         else:
             ids, text = tokenize_chat(self.tokenizer, messages, self.max_chars, tools)
-            extensions = _prefix_fields(self.tokenizer, messages, text, ids, tools)
+            extensions = _prefix_fields(self.tokenizer, messages, text, ids, tools) if not images else {}
+        mm = self.engine.images.build(ids, images, "messages") if images else None  # placeholders expanded
         forced = forced_calls(
             req.tool_choice, tools, req.parallel_tool_calls, self.tool_parser, self.call_spelling
         )
         parser = "none" if req.tool_choice == "none" else forced.parser if forced else self.tool_parser
         opts = self._options(req, bool(req.logprobs), req.top_logprobs or 0, parser, forced)
-        sub = self._submission(req, ids, None, request_id, caller, forced)
+        sub = self._submission(req, mm.prompt_token_ids if mm else ids, None, request_id, caller, forced, mm)
         return Prepared([sub], opts, req.n, extensions)
 
     def completion(self, req: CompletionRequest, request_id: str, caller: str) -> Prepared:
@@ -92,6 +106,7 @@ class Preparer:
         request_id: str,
         caller: str,
         forced: ForcedCalls | None = None,
+        multi_modal: MultiModalInputs | None = None,
     ) -> Submission:
         params = sampling_params(req, len(ids), self.engine.max_model_len)
         if forced is not None:
@@ -100,7 +115,7 @@ class Preparer:
             with TOKENIZER_LOCK:
                 params = with_bad_words_tokenized(params, self.tokenizer)
         try:
-            self.engine.validate_request(ids, params)  # compiles a grammar, within the server's bound
+            self.engine.validate_request(ids, params, multi_modal=multi_modal)  # compiles a grammar, bounded
         except ValueError as exc:
             message = in_request_terms(str(exc), req)
             if forced is not None:  # the grammar is the tools' parameters, as tool_choice forces them
@@ -108,7 +123,10 @@ class Preparer:
                     FORCED_SPEC_FIELD, "tools: the forced calls' grammar (tool_choice)", 1
                 )
             raise ValueError(message) from None
-        return Submission(request_id, ids, params, text, caller=caller, stream=bool(req.stream))
+        stream = bool(req.stream)
+        return Submission(
+            request_id, ids, params, text, caller=caller, stream=stream, multi_modal=multi_modal
+        )
 
     def _prompts(
         self, prompt: str | list[str] | list[int] | list[list[int]]
