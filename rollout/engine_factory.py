@@ -14,8 +14,8 @@ import time
 from rollout.config import EngineConfig
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.model import model_loader
+from rollout.engine.model.model_path import check_model_path
 from rollout.engine.vision.vision_model import takes_images
-from rollout.model_path import check_model_path
 
 logger = logging.getLogger(__name__)
 

@@ -18,17 +18,17 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rollout.chat_template_options import ChatTemplateOptions
 from rollout.config import EngineConfig
 from rollout.detokenize.logprob_tokens import with_decoded_tokens
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
+from rollout.inputs.chat_template_options import ChatTemplateOptions
+from rollout.inputs.prompt_inputs import PromptInput, PromptType, check_lora_request, parse_prompts
 from rollout.multimodal.llm_images import chat_images, image_prompts
 from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.multimodal.prompt_dicts import has_multi_modal_data
 from rollout.outputs import RequestOutput
-from rollout.prompt_inputs import PromptInput, PromptType, check_lora_request, parse_prompts
 from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.resumption import aborted_samples, merge_resumed, single_sample

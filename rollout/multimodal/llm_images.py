@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from rollout.inputs.prompt_inputs import parse_prompt
 from rollout.multimodal.chat_images import take_images
 from rollout.multimodal.image_parts import ImageLimits
 from rollout.multimodal.image_prompt import ImagePrompts
 from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.multimodal.prompt_dicts import has_multi_modal_data, multi_modal_prompt
-from rollout.prompt_inputs import parse_prompt
 from rollout.protocol.prompts import tokenize_text
 
 

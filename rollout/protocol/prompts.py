@@ -73,7 +73,7 @@ def render_chat(
 ) -> str:
     """The chat template applied to `messages` (and `tools`), ending with the assistant's generation prompt
     (unless `add_generation_prompt` is False). `template_kwargs`: more of `apply_chat_template`'s keywords
-    (rollout/chat_template_options.py: `chat_template`, `continue_final_message`, template variables).
+    (rollout/inputs/chat_template_options.py: `chat_template`, `continue_final_message`, template variables).
 
     Messages go to the template as they are (JSON values, see chat_messages.py): tool calls, tool
     results, names, content parts and reasoning reach it intact.
