@@ -23,6 +23,7 @@ from .colocate_checks import engine_config
 from .colocated_engine import SharedWeights, build_engine_llm, shares_weights
 from .config import RolloutConfig
 from .generation import RolloutGeneration, StaleWeightsError
+from .image_prompts import has_images, with_images
 from .rollout_batch import RolloutBatch
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class ColocatedGeneration(RolloutGeneration):
         self.shared = why is None
         if why is not None:
             logger.info("colocated engine: its own copy of the weights (%s)", why)
-        self.llm = build_engine_llm(model, self._tokenizer, self.engine_config, self.shared, sharded)
+        processor = self.processing_class  # a VLM's processor: the engine runs its image processor too
+        self.llm = build_engine_llm(model, processor, self.engine_config, self.shared, sharded)
         engine = self.llm.engine
         self.shared_weights = SharedWeights(engine.model) if self.shared else None
         self.server_dtype = next(engine.model.parameters()).dtype
@@ -126,14 +128,14 @@ class ColocatedGeneration(RolloutGeneration):
         profiler: AbstractContextManager | None = None,
     ) -> tuple[list[list[int]], list[list[int]], list[list[list[float]]], None]:
         """This process's slice: the groups it holds part of, generated whole, its samples kept."""
-        if images is not None and any(image is not None for image in images):
-            raise NotImplementedError("multimodal prompts are not supported by the colocated engine")
         if "weights" in self.llm.memory.asleep:  # level 2 discarded them: the trainer's again (TRL does too)
             self.sync_weights()
         self._wake()
         n, start = num_generations, self.accelerator.process_index * len(prompts)
         first = start // n
-        groups = _groups(prompts, start, n)
+        groups: list[Any] = _groups(prompts, start, n)
+        if has_images(images):  # the VLM path: each group's ids with its images, as the server takes them
+            groups = with_images(groups, _group_images(images, start, n), 1)
         with profiler or nullcontext():
             outputs = self.llm.generate(groups, self.sampling_params(n))
         batch = RolloutBatch.of(outputs, n, {self.llm.weight_version}, self.policy.sampling_logprobs)
@@ -178,3 +180,9 @@ def _groups(prompts: list[list[int]], start: int, n: int) -> list[list[int]]:
                 f"{n} generations out consecutively"
             )
     return groups
+
+
+def _group_images(images: list, start: int, n: int) -> list:
+    """Each group's images (those of its first row in the slice); its rows share one dataset example."""
+    firsts = [i for i in range(len(images)) if i == 0 or (start + i) % n == 0]
+    return [images[i] for i in firsts]

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from rollout import LLM, EngineConfig
 from rollout.engine.model.model_loader import resolve_dtype
+from rollout.engine.vision.vision_model import is_image_text_model
 
 logger = logging.getLogger(__name__)
 
@@ -85,26 +86,27 @@ class SharedWeights:
         return moved
 
 
-def build_engine_llm(model: Any, tokenizer: Any, config: EngineConfig, shared: bool, sharded: bool) -> LLM:
+def build_engine_llm(model: Any, processor: Any, config: EngineConfig, shared: bool, sharded: bool) -> LLM:
     """The process's LLM: over an aliasing copy of `model` (`shared`), or over its own copy of it (of its
-    structure only when `sharded`: the first sync, before any generation, writes every gathered weight)."""
+    structure only when `sharded`: the first sync, before any generation, writes every gathered weight).
+    `processor` is the trainer's processing class: a tokenizer, or a VLM's processor (its image processor
+    builds the engine's image prompts, as a server's)."""
     if shared:
-        llm = LLM(model=aliasing_copy(model), tokenizer=tokenizer, config=config)
+        llm = LLM(model=aliasing_copy(model), tokenizer=processor, config=config)
         llm.memory.weights_shared = True  # sleep never frees the trainer's parameters
         return llm
     if sharded:  # ZeRO-3 / FSDP: this process holds a shard, the module tree is whole
         base = model.get_base_model() if is_peft_model(model) else model
-        own = AutoModelForCausalLM.from_config(
-            copy.deepcopy(base.config), dtype=getattr(base.config, "dtype", None)
-        )
-        llm = LLM(model=own.eval().requires_grad_(False), tokenizer=tokenizer, config=config)
+        auto = AutoModelForImageTextToText if is_image_text_model(base) else AutoModelForCausalLM
+        own = auto.from_config(copy.deepcopy(base.config), dtype=getattr(base.config, "dtype", None))
+        llm = LLM(model=own.eval().requires_grad_(False), tokenizer=processor, config=config)
         llm.sleep(level=2)  # the random init never serves: generation is refused until a sync writes
         llm.wake_up(tags=["weights"])  # every parameter (rollout/engine/sleep/engine_memory.py)
         return llm
     own = copy.deepcopy(model)
     if is_peft_model(own):
         own = own.unload()  # the base weights, without the adapter (merged in by each sync)
-    return LLM(model=_plain(own).eval().requires_grad_(False), tokenizer=tokenizer, config=config)
+    return LLM(model=_plain(own).eval().requires_grad_(False), tokenizer=processor, config=config)
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
