@@ -40,7 +40,8 @@ def test_grpo_on_a_vlm_is_exact(tmp_path: Path) -> None:
         encoder_runs = server.loop.engine.local_runner.images.num_encoder_runs
     finally:
         server.stop(grace=0.0)
-    assert encoder_runs == 2  # 2 steps x 1 prompt (a batch of 4 = 1 prompt x 4 generations), once each
+    # the parity probe's image prompt once, then 2 steps x 1 prompt (a batch of 4 = 1 prompt x 4 generations)
+    assert encoder_runs == 3
     ratios = logged(trainer, "sampling/importance_sampling_ratio/mean")
     assert len(ratios) == 2
     assert all(abs(r - 1.0) < 1e-3 for r in ratios), ratios

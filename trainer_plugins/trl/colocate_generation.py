@@ -24,6 +24,7 @@ from .colocated_engine import SharedWeights, build_engine_llm, shares_weights
 from .config import RolloutConfig
 from .generation import RolloutGeneration, StaleWeightsError
 from .image_prompts import has_images, with_images
+from .probe_prompts import PROBE_TEXTS, probe_prompts
 from .rollout_batch import RolloutBatch
 
 logger = logging.getLogger(__name__)
@@ -112,11 +113,11 @@ class ColocatedGeneration(RolloutGeneration):
         self.full_push_due = False
 
     def _probe_samples(self) -> list[parity_probe.ProbeSample]:
-        texts = parity_probe.PROBE_TEXTS
         fits = max(1, self.context_length - parity_probe.PROBE_TOKENS)
-        prompt_ids = [self._tokenizer(text)["input_ids"][-fits:] for text in texts]
-        outputs = self.llm.generate(prompt_ids, parity_probe.probe_params())
-        return parity_probe.probe_samples(prompt_ids, [output.outputs for output in outputs])
+        model = self.accelerator.unwrap_model(self.model)
+        prompts = probe_prompts(self.processing_class, model, len(PROBE_TEXTS), fits)
+        outputs = self.llm.generate(prompts.requests, parity_probe.probe_params())
+        return parity_probe.probe_samples(prompts, [output.outputs for output in outputs])
 
     # -- generation -----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from .generation_kwargs import (
     with_trl_regex,
 )
 from .image_prompts import has_images, with_images
+from .probe_prompts import PROBE_TEXTS, probe_prompts
 from .rollout_batch import RolloutBatch
 from .text_settings import TEXT_GENERATION_KWARGS
 from .trained_policy import TrainedPolicy
@@ -285,13 +286,11 @@ class RolloutGeneration(VLLMGeneration):
         )
 
     def _probe_samples(self) -> list[parity_probe.ProbeSample]:
-        tokenizer = self._tokenizer
-        count = max(len(parity_probe.PROBE_TEXTS), len(self.client.addresses))  # every server gets one
-        texts = [parity_probe.PROBE_TEXTS[i % len(parity_probe.PROBE_TEXTS)] for i in range(count)]
+        count = max(len(PROBE_TEXTS), len(self.client.addresses))  # every server gets one
         fits = max(1, self.context_length - parity_probe.PROBE_TOKENS)  # a short-context server still fits
-        prompt_ids = [tokenizer(text)["input_ids"][-fits:] for text in texts]
-        outputs = self.client.generate(prompt_ids, parity_probe.probe_params())
-        return parity_probe.probe_samples(prompt_ids, [output.outputs for output in outputs])
+        prompts = probe_prompts(self.processing_class, self.accelerator.unwrap_model(self.model), count, fits)
+        outputs = self.client.generate(prompts.requests, parity_probe.probe_params())
+        return parity_probe.probe_samples(prompts, [output.outputs for output in outputs])
 
     def _detached(self, tensor: torch.Tensor) -> torch.Tensor:
         # Merged PEFT values and gathered shards only live inside TRL's iterator: keep a copy.

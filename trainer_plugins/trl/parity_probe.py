@@ -5,7 +5,8 @@ setting the comparison skips, a server keeping tensors the trainer never pushes)
 compared unscaled ("raw" on the server, plain log-softmax in the trainer), so sampling settings
 cannot hide or cause a difference; the tolerance is the numerical noise of the lowest precision
 either side computes in: the trainer's under its mixed-precision autocast (GRPOConfig(bf16=True)),
-not its parameters' dtype.
+not its parameters' dtype. An image-text model is also probed on a prompt with an image
+(probe_prompts.py), its mean checked on its own so the text prompts cannot dilute a vision-tower mismatch.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import torch
 from rollout.outputs import CompletionOutput
 from rollout.sampling_params import SamplingParams
 
+from .probe_prompts import ProbePrompts, forward_inputs
 from .server_checks import RolloutModelMismatch
 
-PROBE_TEXTS = ("the quick brown fox: 12+34=46", "rollout parity probe, 7+8=")
 PROBE_TOKENS = 8
 
 # Mean |server - trainer| per token, in nats, within which two implementations of one model agree.
@@ -38,6 +39,7 @@ class ProbeSample:
     prompt_ids: list[int]
     completion_ids: list[int]
     server_logprobs: list[float]
+    model_inputs: dict[str, torch.Tensor] | None = None  # an image prompt's processor tensors
 
 
 def probe_params() -> SamplingParams:
@@ -52,10 +54,10 @@ def probe_params() -> SamplingParams:
     )
 
 
-def probe_samples(prompt_ids: list[list[int]], outputs: list[list[CompletionOutput]]) -> list[ProbeSample]:
+def probe_samples(prompts: ProbePrompts, outputs: list[list[CompletionOutput]]) -> list[ProbeSample]:
     return [
-        ProbeSample(list(ids), list(sample.token_ids), list(sample.logprobs))
-        for ids, samples in zip(prompt_ids, outputs, strict=True)
+        ProbeSample(list(ids), list(sample.token_ids), list(sample.logprobs), inputs)
+        for ids, inputs, samples in zip(prompts.prompt_ids, prompts.model_inputs, outputs, strict=True)
         for sample in samples
         if sample.token_ids
     ]
@@ -63,13 +65,15 @@ def probe_samples(prompt_ids: list[list[int]], outputs: list[list[CompletionOutp
 
 def trainer_logprobs(model: torch.nn.Module, sample: ProbeSample) -> torch.Tensor:
     """fp32 log-softmax of the trainer's unscaled logits at each completion token (teacher forced)."""
-    device = next(model.parameters()).device
+    param = next(model.parameters())
+    device = param.device
     ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=device)
+    extras = forward_inputs(sample.model_inputs, ids.shape[1], device, param.dtype)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **extras).logits
     finally:
         model.train(was_training)
     start = len(sample.prompt_ids) - 1
@@ -109,16 +113,22 @@ def _noise(dtype: str) -> float:
 def compare(
     model: torch.nn.Module, samples: list[ProbeSample], limit: float, where: str, precision: Precision
 ) -> tuple[float, float]:
-    """(mean, max) |difference| per token; raises ParityMismatch when the mean is above `limit`."""
-    diffs = torch.cat([(trainer_logprobs(model, s) - torch.tensor(s.server_logprobs)).abs() for s in samples])
+    """(mean, max) |difference| per token; raises ParityMismatch when the mean, or the image samples' own
+    mean, is above `limit`."""
+    per_sample = [(trainer_logprobs(model, s) - torch.tensor(s.server_logprobs)).abs() for s in samples]
+    diffs = torch.cat(per_sample)
     mean, worst = diffs.mean().item(), diffs.max().item()
+    with_image = [d for d, s in zip(per_sample, samples, strict=True) if s.model_inputs is not None]
+    on = ""
+    if with_image and torch.cat(with_image).mean().item() > mean:
+        mean, on = torch.cat(with_image).mean().item(), " on the prompt with an image"
     if not mean <= limit:
         raise ParityMismatch(
             f"parity probe failed {where}: the server's logprobs for its own samples differ from the trainer's "
-            f"by {mean:.3g} nats per token on average (max {worst:.3g}), more than the {limit:.3g} that "
+            f"by {mean:.3g} nats per token on average{on} (max {worst:.3g}), more than the {limit:.3g} that "
             f"numerical noise explains when the {precision}. The server most likely runs another model or "
-            "config than the trainer (weights the trainer never pushes, such as an untied lm_head; a setting "
-            "the config comparison skips; custom code): serve the trainer's checkpoint with the same config. "
+            "config than the trainer (weights the trainer never pushes, such as an untied lm_head or a vision "
+            "tower; a setting the config comparison skips; custom code): serve the trainer's checkpoint with the same config. "
             "RolloutConfig.parity_tolerance sets the limit, parity_probe=False skips the probe."
         )
     return mean, worst
