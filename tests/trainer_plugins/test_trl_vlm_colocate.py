@@ -16,7 +16,7 @@ from trl_builders import grpo_args, logged  # noqa: E402
 
 from rollout import EngineConfig  # noqa: E402
 from tests.multimodal.vlm_builders import llava_processor, tiny_llava  # noqa: E402
-from trainer_plugins.trl import RolloutConfig, RolloutGRPOTrainer  # noqa: E402
+from trainer_plugins.trl import RolloutConfig, RolloutGRPOTrainer, colocate_generation  # noqa: E402
 
 
 def message_length_reward(completions: list[list[dict]], **_: object) -> list[float]:
@@ -54,3 +54,21 @@ def test_colocated_grpo_on_a_vlm_shares_the_vision_tower_and_is_exact(tmp_path: 
     ratios = logged(trainer, "sampling/importance_sampling_ratio/mean")
     assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
     assert max(logged(trainer, "sampling/sampling_logp_difference/max")) < 1e-3
+
+
+def test_an_own_copy_is_written_vision_tower_included_at_every_sync_and_is_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(colocate_generation, "shares_weights", lambda *_: "its own copy, for this test")
+    trainer = colocated_vlm(tmp_path, vllm_enable_sleep_mode=True)
+    backend = trainer.vllm_generation
+    assert not backend.shared and backend.sleep_level == 2  # the engine's weights discarded between rounds
+    trainer.train()
+    assert backend.pushed_versions == [1, 2]
+    backend.llm.wake_up()
+    backend.sync_weights()
+    engine_param = backend.llm.engine.model.get_parameter(VISION_WEIGHT)
+    assert engine_param.untyped_storage().data_ptr() != trainer.model.get_parameter(VISION_WEIGHT).data_ptr()
+    assert torch.equal(engine_param, trainer.model.get_parameter(VISION_WEIGHT).detach())
+    ratios = logged(trainer, "sampling/importance_sampling_ratio/mean")
+    assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)

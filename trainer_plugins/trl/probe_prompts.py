@@ -9,6 +9,7 @@ tensors (pixel_values, image_grid_thw, ...).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ import torch
 from PIL import Image
 
 from rollout.engine.vision.vision_model import is_image_text_model
+
+logger = logging.getLogger(__name__)
 
 PROBE_TEXTS = ("the quick brown fox: 12+34=46", "rollout parity probe, 7+8=")
 IMAGE_QUESTION = "what is in the picture?"
@@ -49,7 +52,12 @@ def probe_prompts(processor: Any, model: torch.nn.Module, count: int, fits: int)
     ids = [tokenizer(text)["input_ids"][-fits:] for text in texts]
     prompts = ProbePrompts(ids, list(ids), [None] * len(ids))
     image = image_prompt(processor, model)
-    if image is not None and len(image[0]) <= fits:
+    if image is not None and len(image[0]) > fits:
+        logger.warning(
+            "parity probe: the image prompt (%d tokens) does not fit the engine's context; text only",
+            len(image[0]),
+        )
+    elif image is not None:
         prompts.prompt_ids.append(image[0])
         prompts.requests.append({"prompt": image[0], "multi_modal_data": {"image": [probe_image()]}})
         prompts.model_inputs.append(image[1])
