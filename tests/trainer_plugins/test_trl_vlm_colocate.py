@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from peft import LoraConfig
 
 pytest.importorskip("trl")
 
@@ -70,5 +71,24 @@ def test_an_own_copy_is_written_vision_tower_included_at_every_sync_and_is_exact
     engine_param = backend.llm.engine.model.get_parameter(VISION_WEIGHT)
     assert engine_param.untyped_storage().data_ptr() != trainer.model.get_parameter(VISION_WEIGHT).data_ptr()
     assert torch.equal(engine_param, trainer.model.get_parameter(VISION_WEIGHT).detach())
+    ratios = logged(trainer, "sampling/importance_sampling_ratio/mean")
+    assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
+
+
+def test_a_peft_vlm_is_served_merged_vision_tower_adapters_included(tmp_path: Path) -> None:
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])  # CLIP's and Llama's
+    trainer = RolloutGRPOTrainer(
+        tiny_llava(seed=0),
+        message_length_reward,
+        grpo_args(tmp_path, max_steps=2, use_vllm=True, vllm_mode="colocate"),
+        train_dataset=image_dataset(),
+        processing_class=llava_processor(),
+        peft_config=peft,
+        rollout_config=RolloutConfig(engine=EngineConfig(num_blocks=256)),
+    )
+    names = [name for name, _ in trainer.model.named_parameters()]
+    assert any("vision_tower" in name and "lora_A" in name for name in names)  # the tower is adapted too
+    trainer.train()
+    assert trainer.vllm_generation.llm.engine.adapters.adapted
     ratios = logged(trainer, "sampling/importance_sampling_ratio/mean")
     assert ratios == pytest.approx([1.0, 1.0], abs=1e-3)
