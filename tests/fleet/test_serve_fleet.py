@@ -6,6 +6,7 @@ The test that kills a replica runs last.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -18,8 +19,11 @@ import torch
 ray = pytest.importorskip("ray", reason='the fleet tests need the ray extra: pip install "rollout[ray]"')
 
 from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
+from rollout.client import RolloutClient  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
+from rollout.weights.disk import save_checkpoint  # noqa: E402
+from rollout.weights.lora_export import peft_update  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
@@ -30,6 +34,10 @@ from tests.fleet.serve_fleet_builders import (  # noqa: E402
     run_episode,
     save_chat_model,
 )
+from tests.weights.lora_builders import set_adapter  # noqa: E402
+
+peft = pytest.importorskip("peft")
+from peft import LoraConfig, get_peft_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +121,58 @@ def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
 
 
+def test_a_disk_push_loads_the_directory_on_every_replica_and_a_bad_one_changes_none(
+    fleet: ServeFleet, model_dir: Path, tmp_path: Path
+) -> None:
+    new = _perturbed(3)
+    version = fleet.update_weights(path=str(save_checkpoint(new.state_dict(), tmp_path / "v")))
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    assert _fleet_greedy(fleet) == _offline_greedy(new, model_dir)
+    bad = dict(_perturbed(4).state_dict())
+    bad["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(FleetUpdateError, match="model.norm.weight"):
+        fleet.update_weights(path=str(save_checkpoint(bad, tmp_path / "bad")))
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_none(
+    fleet: ServeFleet, model_dir: Path
+) -> None:
+    base = _perturbed(5)
+    fleet.update_weights(base)
+    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
+    version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    assert _fleet_greedy(fleet) == _offline_greedy(copy.deepcopy(policy).merge_and_unload(), model_dir)
+    named, targets = peft_update(set_adapter(policy, 7))
+    module = next(iter(targets))
+    named = [(n, torch.ones(2, 2) if n == f"{module}.lora_A.weight" else t) for n, t in named]
+    with pytest.raises(FleetUpdateError, match=module):
+        fleet.update_weights(dict(named), lora=targets)
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0)
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+
+
+def _fleet_greedy(fleet: ServeFleet) -> list[list[list[int]]]:
+    """Each replica's greedy outputs (one client per replica's gRPC address)."""
+    out = []
+    for address in fleet.grpc_addresses:
+        with RolloutClient([address], token=fleet.token) as client:
+            out.append([o.outputs[0].token_ids for o in client.generate(PROMPTS, GREEDY)])
+    return out
+
+
+def _offline_greedy(model: torch.nn.Module, model_dir: Path) -> list[list[list[int]]]:
+    offline = LLM(
+        model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False)
+    )
+    want = [o.outputs[0].token_ids for o in offline.generate(PROMPTS, GREEDY)]
+    return [want, want]
+
+
 def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_the_fleet_version(
     fleet: ServeFleet,
 ) -> None:
@@ -140,6 +200,8 @@ def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_t
     described = fleet.wait_for_replicas()
     assert victim not in {d["replica"] for d in described}
     assert [d["weight_version"] for d in described] == [version, version]
+    first, second = _fleet_greedy(fleet)  # the replacement replayed every update, adapters included
+    assert first == second
 
 
 def _busy_replica(fleet: ServeFleet) -> str:
