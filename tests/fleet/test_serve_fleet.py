@@ -1,7 +1,7 @@
 """A real local Ray Serve fleet: 2 engine replicas of a tiny chat model behind one OpenAI endpoint.
 
 One Ray instance and one fleet for the module (starting replicas costs about a minute on 2 cores).
-The test that kills a replica runs last.
+The tests that kill a replica run last.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -204,11 +205,40 @@ def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_t
     assert first == second
 
 
-def _busy_replica(fleet: ServeFleet) -> str:
+def test_a_stream_whose_replica_dies_mid_reply_goes_on_exactly_from_another_replica(
+    fleet: ServeFleet,
+) -> None:
+    """Runs after the kill above (a second replica killed): the caller's one stream, no error event,
+    every token once, the same as the seeded non-streamed reply."""
+    fleet.wait_for_replicas()
+    messages = [{"role": "user", "content": "stream a long answer"}]
+    fields = dict(max_tokens=460, temperature=1.0, ignore_eos=True, seed=11, logprobs=True)
+    whole = chat(fleet.base_url, messages, **fields)["choices"][0]
+    body = {"model": MODEL_NAME, "messages": messages, "stream": True, **fields}
+    events, killed = [], []
+    with httpx.stream("POST", f"{fleet.base_url}/chat/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:]))
+                if not killed and any(c["delta"].get("content") for c in events[-1].get("choices", [])):
+                    killed.append(_busy_replica(fleet, limit_s=60))
+                    fleet.kill_replica(killed[0])
+    assert killed and not [e for e in events if "error" in e]
+    choices = [c for e in events for c in e["choices"]]
+    assert "".join(c["delta"].get("content") or "" for c in choices) == whole["message"]["content"]
+    streamed = [t["token"] for c in choices for t in (c.get("logprobs") or {}).get("content") or []]
+    assert streamed == [t["token"] for t in whole["logprobs"]["content"]]
+    assert [c for c in choices if c["finish_reason"]][0]["token_ids"] == whole["token_ids"]
+    assert len({e["id"] for e in events}) == 1
+
+
+def _busy_replica(fleet: ServeFleet, limit_s: float = 3600.0) -> str:
     from rollout.fleet.replica_calls import Targeted
 
-    while True:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
         for replica in fleet.replicas():
             stats = fleet.handle.stats.remote(Targeted(replica)).result(timeout_s=120)
             if stats.get("num_running_seqs", 0) > 0:
                 return replica
+    pytest.fail(f"no replica was running a request within {limit_s}s")
