@@ -81,13 +81,13 @@ class EngineReplica:
         return self.server.metrics.render()
 
     async def stage_weights(self, call: Targeted) -> dict[str, Any]:
-        """Stages a FleetPayload; returns the disk files read (`fingerprint`) and whether it `relies`
-        on the held base, which every replica must report alike."""
+        """Stages a FleetPayload; returns the disk files read (`fingerprint`), whether it `relies` on
+        the held base and is `complete` (every weight written), which every replica must report alike."""
         update_id, payload, version = call.payload
         tensors, fingerprint = await _payload_tensors(payload)
         update = StagedUpdate(tensors, version, payload.lora, payload.base_version)
-        relies = await asyncio.to_thread(self.stage.stage, update_id, update)
-        return {"fingerprint": fingerprint, "relies": relies}
+        view = await asyncio.to_thread(self.stage.stage, update_id, update)
+        return view | {"fingerprint": fingerprint}
 
     async def hold(self, _: Targeted) -> None:  # on the replica's event loop, as the gate's waiters
         self.stage.hold()

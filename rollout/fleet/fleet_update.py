@@ -61,7 +61,7 @@ def push_to_fleet(
             _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
             raise FleetUpdateError(_describe("holding", failed, current), current)
         committed = payload.with_fingerprint(first["fingerprint"])
-        ray.get(ledger.record.remote(target, committed, not first["relies"]))
+        ray.get(ledger.record.remote(target, committed, not first["relies"], first["complete"]))
         _, failed = _each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
     finally:
         _each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
@@ -75,7 +75,7 @@ def push_to_fleet(
 def _disagreeing(staged: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Replicas whose view of the update (the disk files read, whether it merges into the base held)
     differs from the first one's: a directory that is not the same everywhere is refused."""
-    views = {r: (s["fingerprint"], s["relies"]) for r, s in staged.items()}
+    views = {r: (s["fingerprint"], s["relies"], s["complete"]) for r, s in staged.items()}
     first = next(iter(views.values()), None)
     return {
         r: f"read another checkpoint than the other replicas (files {v[0]!r})"

@@ -1,9 +1,9 @@
 """WeightLedger: the fleet's committed updates, for replicas that start after them.
 
 Ray Serve replaces a replica that dies; the replacement loads the model from its flags, version 0.
-The ledger (a small named actor, no CPU reserved) keeps every committed update in order (a
-FleetPayload: the tensors' object ref or the disk directory, LoRA targets), and a new replica
-replays them before it serves (engine_replica.py): an adapter merges into the base the updates
+The ledger (a small named actor, no CPU reserved) keeps the committed updates in order since the
+last one that wrote every weight (a FleetPayload: the tensors' object ref or the disk directory, LoRA
+targets), and a new replica replays them before it serves (engine_replica.py): an adapter merges into the base the updates
 before it left, so no replica ever serves weights the fleet has moved past. `base_version` is the
 base the fleet's replicas hold (the last update that did not merge into the held one).
 """
@@ -22,8 +22,10 @@ class WeightLedger:
         self.entries: list[tuple[int, Any]] = []  # (version, FleetPayload)
         self.base_version = 0
 
-    def record(self, version: int, payload: Any, replaces_base: bool) -> None:
-        self.entries.append((version, payload))
+    def record(self, version: int, payload: Any, replaces_base: bool, complete: bool) -> None:
+        """An update that writes every weight (`complete`) makes the ones before it moot: their
+        tensors leave Ray's store."""
+        self.entries = [(version, payload)] if complete else [*self.entries, (version, payload)]
         if replaces_base:
             self.base_version = version
 

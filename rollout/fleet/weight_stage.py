@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.weights.lora import LoraTargets
-from rollout.weights.updater import check_next_version
+from rollout.weights.updater import check_next_version, plan_writes
 
 FLEET_POLICIES = ("wait", "abort")
 
@@ -37,19 +37,23 @@ class WeightStage:
         self._open.set()
         self._held_until = 0.0
 
-    def stage(self, update_id: str, update: StagedUpdate) -> bool:
-        """Validates and keeps the update; returns whether it merges into the held base. Raises naming
-        the problem (a tensor, the version, another base held: BaseMismatchError)."""
+    def stage(self, update_id: str, update: StagedUpdate) -> dict[str, bool]:
+        """Validates and keeps the update; returns whether it merges into the held base (`relies`) and
+        writes every weight of the model (`complete`). Raises naming the problem (a tensor, the
+        version, another base held: BaseMismatchError)."""
 
-        def validate(engine: Any) -> bool:
+        def validate(engine: Any) -> dict[str, bool]:
             check_next_version(engine.weight_version, update.version)
             plan = engine.weights.plan(update.tensors, update.lora)  # WeightUpdateError, nothing written
             engine.weights.adapters.check_base(plan, update.base_version)
-            return bool(plan.relies_on_base)
+            model = engine.weights.local_runner.model
+            written = {target.data_ptr() for target, _ in plan_writes(model, plan.tensors)}
+            every = {t.data_ptr() for t in model.state_dict(keep_vars=True).values()}
+            return {"relies": bool(plan.relies_on_base), "complete": every <= written}
 
-        relies = self.loop.call(validate)
+        view = self.loop.call(validate)
         self.staged[update_id] = update
-        return relies
+        return view
 
     def hold(self) -> None:
         self._open.clear()

@@ -145,6 +145,8 @@ def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_non
     version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
     assert _fleet_greedy(fleet) == _offline_greedy(copy.deepcopy(policy).merge_and_unload(), model_dir)
+    ledger = ray.get(fleet._ledger.latest.remote())  # the full push made the updates before it moot
+    assert [v for v, _ in ledger] == [version - 1, version]
     named, targets = peft_update(set_adapter(policy, 7))
     module = next(iter(targets))
     named = [(n, torch.ones(2, 2) if n == f"{module}.lora_A.weight" else t) for n, t in named]
