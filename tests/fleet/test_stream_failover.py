@@ -54,3 +54,19 @@ def test_a_replay_that_samples_other_text_is_refused() -> None:
     with pytest.raises(SpliceMismatchError, match="content differs"):
         for piece in _replay("hx"):
             splice.feed(piece)
+
+
+def _text(index: int, text: str, tokens: list[str], finish: str | None = None) -> dict:
+    logprobs = {"tokens": tokens, "token_logprobs": [-1.0] * len(tokens), "text_offset": [0] * len(tokens)}
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def test_a_completion_replay_skips_a_finished_choice_and_trims_the_logprob_columns() -> None:
+    log = StreamLog()
+    log.record(_event("a", [_text(0, "ab", ["a", "b"]), _text(1, "x", ["x"], finish="stop")]))
+    splice = StreamSplice(log)
+    out = splice.feed(_event("b", [_text(0, "a", ["a"]), _text(1, "x", ["x"], finish="stop")]))
+    out += splice.feed(_event("b", [_text(0, "bcd", ["b", "c", "d"], finish="length")]))
+    choices = [c for line in out.decode().splitlines() if line for c in json.loads(line[6:])["choices"]]
+    assert [(c["index"], c["text"], c["logprobs"]["tokens"]) for c in choices] == [(0, "cd", ["c", "d"])]
+    assert choices[0]["logprobs"]["text_offset"] == [0, 0] and choices[0]["finish_reason"] == "length"
