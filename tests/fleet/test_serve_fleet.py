@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
 from rollout.client import RolloutClient  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
+from rollout.protocol.generated import weights_pb2  # noqa: E402
 from rollout.weights.disk import save_checkpoint  # noqa: E402
 from rollout.weights.lora_export import peft_update  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
@@ -153,6 +155,30 @@ def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_non
     with pytest.raises(FleetUpdateError, match=module):
         fleet.update_weights(dict(named), lora=targets)
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet: ServeFleet) -> None:
+    """Replica 0 keeps the fleet's base under an adapter, replica 1 gets a new base (both pushed past the
+    fleet, over gRPC): a fleet adapter push stages on 0, replica 1 refuses it, neither commits."""
+    base = _perturbed(8)
+    fleet.update_weights(base)
+    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 9)
+    version = fleet.describe()[0]["weight_version"] + 1
+    first, second = fleet.grpc_addresses
+    with RolloutClient([first], token=fleet.token) as client:  # its adapter, on the fleet's base
+        held = weights_pb2.WeightBase(boot_id=client.server_info().boot_id, version=version - 1)
+        client.weight_pusher.bases.record(first, weights_pb2.UpdateWeightsResponse(base=held))
+        client.update_weights(policy, version=version)
+    with RolloutClient([second], token=fleet.token) as client:
+        client.update_weights(_perturbed(10), version=version)
+    before = _fleet_greedy(fleet)
+    with pytest.raises(FleetUpdateError, match="base") as refused:
+        fleet.update_weights(set_adapter(policy, 11))
+    named = re.findall(r"replica (\w+): ", str(refused.value))  # the refusal names one replica
+    assert "staging" in str(refused.value) and len(named) == 1 and "BaseMismatchError" in str(refused.value)
+    assert refused.value.versions == dict.fromkeys(fleet.replicas(), version)
+    assert _fleet_greedy(fleet) == before and before[0] != before[1]
+    fleet.update_weights(_perturbed(8))  # one base again for the tests after
 
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0)
