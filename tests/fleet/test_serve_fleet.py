@@ -138,25 +138,6 @@ def test_a_disk_push_loads_the_directory_on_every_replica_and_a_bad_one_changes_
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
 
 
-def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_none(
-    fleet: ServeFleet, model_dir: Path
-) -> None:
-    base = _perturbed(5)
-    fleet.update_weights(base)
-    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
-    version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed
-    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
-    assert _fleet_greedy(fleet) == _offline_greedy(copy.deepcopy(policy).merge_and_unload(), model_dir)
-    ledger = ray.get(fleet._ledger.latest.remote())  # the full push made the updates before it moot
-    assert [v for v, _ in ledger] == [version - 1, version]
-    named, targets = peft_update(set_adapter(policy, 7))
-    module = next(iter(targets))
-    named = [(n, torch.ones(2, 2) if n == f"{module}.lora_A.weight" else t) for n, t in named]
-    with pytest.raises(FleetUpdateError, match=module):
-        fleet.update_weights(dict(named), lora=targets)
-    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
-
-
 def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet: ServeFleet) -> None:
     """Replica 0 keeps the fleet's base under an adapter, replica 1 gets a new base (both pushed past the
     fleet, over gRPC): a fleet adapter push stages on 0, replica 1 refuses it, neither commits."""
@@ -179,6 +160,25 @@ def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet:
     assert refused.value.versions == dict.fromkeys(fleet.replicas(), version)
     assert _fleet_greedy(fleet) == before and before[0] != before[1]
     fleet.update_weights(_perturbed(8))  # one base again for the tests after
+
+
+def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_none(
+    fleet: ServeFleet, model_dir: Path
+) -> None:
+    base = _perturbed(5)
+    fleet.update_weights(base)
+    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
+    version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    assert _fleet_greedy(fleet) == _offline_greedy(copy.deepcopy(policy).merge_and_unload(), model_dir)
+    ledger = ray.get(fleet._ledger.latest.remote())  # the full push made the updates before it moot
+    assert [v for v, _ in ledger] == [version - 1, version]
+    named, targets = peft_update(set_adapter(policy, 7))
+    module = next(iter(targets))
+    named = [(n, torch.ones(2, 2) if n == f"{module}.lora_A.weight" else t) for n, t in named]
+    with pytest.raises(FleetUpdateError, match=module):
+        fleet.update_weights(dict(named), lora=targets)
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
 
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0)
