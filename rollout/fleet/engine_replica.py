@@ -3,7 +3,7 @@
 The replica loads the engine as `rollout serve` does (same flags), serves gRPC on its own address
 (the fleet hands those to a `RolloutClient`) and the OpenAI API on loopback, which the fleet's
 ingress reaches through Ray Serve calls (`openai`, `openai_stream`) routed by CacheAffinityRouter.
-A replica that replaces a dead one loads the fleet's committed weights first (weight_ledger.py).
+A replica that replaces a dead one replays the fleet's committed updates first (weight_ledger.py).
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 import ray
 from ray import serve
 
+from rollout.fleet.fleet_payload import FleetPayload, read_disk
 from rollout.fleet.replica_calls import ForwardedReply, OpenAICall, Targeted
-from rollout.fleet.weight_ledger import ledger_weights
-from rollout.fleet.weight_stage import WeightStage
+from rollout.fleet.weight_ledger import ledger_updates
+from rollout.fleet.weight_stage import StagedUpdate, WeightStage
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,14 @@ class EngineReplica:
     def metrics_text(self, _: Targeted) -> str:
         return self.server.metrics.render()
 
-    async def stage_weights(self, call: Targeted) -> int:
-        update_id, refs, version = call.payload
-        tensors = await refs[0] if isinstance(refs[0], ray.ObjectRef) else refs[0]
-        return await asyncio.to_thread(self.stage.stage, update_id, tensors, version)
+    async def stage_weights(self, call: Targeted) -> dict[str, Any]:
+        """Stages a FleetPayload; returns the disk files read (`fingerprint`), whether it `relies` on
+        the held base and is `complete` (every weight written), which every replica must report alike."""
+        update_id, payload, version = call.payload
+        tensors, fingerprint = await _payload_tensors(payload)
+        update = StagedUpdate(tensors, version, payload.lora, payload.base_version)
+        view = await asyncio.to_thread(self.stage.stage, update_id, update)
+        return view | {"fingerprint": fingerprint}
 
     async def hold(self, _: Targeted) -> None:  # on the replica's event loop, as the gate's waiters
         self.stage.hold()
@@ -153,12 +159,27 @@ def _start_servers(spec: ReplicaSpec) -> tuple[Any, Any]:
     return server, openai_server
 
 
+async def _payload_tensors(payload: FleetPayload) -> tuple[dict[str, Any], str | None]:
+    if payload.path is not None:
+        return await asyncio.to_thread(read_disk, payload)
+    ref = payload.ref
+    return (await ref if isinstance(ref, ray.ObjectRef) else ref), None
+
+
 def _catch_up(loop: Any, ledger_name: str) -> None:
-    """A replica started after fleet updates serves their last version before its first request."""
-    committed = ledger_weights(ledger_name)
-    if committed is not None:
-        version, tensors = committed
-        loop.call(lambda engine: engine.update_weights(tensors, version))
+    """A replica started after fleet updates replays them in order before its first request (a
+    disk directory changed since its commit refuses: the replica fails rather than serve other
+    weights)."""
+    for version, payload in ledger_updates(ledger_name):
+        if payload.path is not None:
+            tensors, _ = read_disk(payload)
+        else:
+            tensors = ray.get(payload.ref)
+        loop.call(partial(_replay, StagedUpdate(tensors, version, payload.lora, payload.base_version)))
+
+
+def _replay(update: StagedUpdate, engine: Any) -> int:
+    return engine.update_weights(update.tensors, update.version, "wait", update.lora, update.base_version)
 
 
 def _reachable(address: str) -> str:

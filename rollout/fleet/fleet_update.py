@@ -1,7 +1,9 @@
 """A weight update of the whole fleet: stage on every replica, then commit, or change nothing.
 
-1. Stage: every replica receives the tensors (one object in Ray's store, read by each) and validates
-   them against its engine and the next version, writing nothing. One failure: every replica drops
+1. Stage: every replica receives the update (FleetPayload: the tensors as one object in Ray's store,
+   or a safetensors directory each reads; LoRA factors merged on the fleet's base as a single server
+   merges them) and validates it against its engine, the next version and that base, writing nothing.
+   Replicas that read different files from a disk directory refuse it too. One failure: every replica drops
    what it staged and the fleet stays on version v (FleetUpdateError names the replica).
 2. Hold every replica (no new request reaches an engine), record the update in the ledger (a
    replica replacing a dead one loads it), commit on every replica once its engine is idle, release.
@@ -16,6 +18,7 @@ from typing import Any
 
 import ray
 
+from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.replica_calls import Targeted
 
 CONTROL_TIMEOUT_S = 120.0
@@ -33,7 +36,7 @@ def push_to_fleet(
     handle: Any,
     list_replicas: Callable[[], list[str]],
     ledger: Any,
-    tensors: dict[str, Any],
+    payload: FleetPayload,
     version: int | None = None,
     in_flight: str = "wait",
     timeout_s: float = 600.0,
@@ -44,39 +47,54 @@ def push_to_fleet(
     if len(set(current.values())) != 1:
         raise FleetUpdateError(f"the replicas serve different versions {current}; nothing changed", current)
     target = version if version is not None else next(iter(current.values())) + 1
-    update_id, refs = uuid.uuid4().hex, [ray.put(tensors)]
-    failed = _each(handle.stage_weights, replicas, lambda r: (update_id, refs, target), timeout_s)
+    update_id = uuid.uuid4().hex
+    payload = FleetPayload(payload.ref, payload.path, payload.lora, ray.get(ledger.base.remote()))
+    staged, failed = _each(handle.stage_weights, replicas, lambda r: (update_id, payload, target), timeout_s)
+    failed |= _disagreeing(staged)
     if failed:
         _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
         raise FleetUpdateError(_describe("staging", failed, current), current)
-    failed = _each(handle.hold, replicas, lambda r: None, CONTROL_TIMEOUT_S)
+    first = next(iter(staged.values()))
+    _, failed = _each(handle.hold, replicas, lambda r: None, CONTROL_TIMEOUT_S)
     try:
         if failed:
             _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
             raise FleetUpdateError(_describe("holding", failed, current), current)
-        ray.get(ledger.record.remote(target, refs))
-        failed = _each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
+        committed = payload.with_fingerprint(first["fingerprint"])
+        ray.get(ledger.record.remote(target, committed, not first["relies"], first["complete"]))
+        _, failed = _each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
     finally:
         _each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
     if failed:  # past the point of no return: the ledger brings a replaced replica to `target`
         raise FleetUpdateError(_describe("committing", failed, {}), _versions(handle, replicas, True))
-    _catch_up_late(
-        handle, [r for r in list_replicas() if r not in replicas], update_id, refs, target, timeout_s
-    )
+    late = [r for r in list_replicas() if r not in replicas]
+    _catch_up_late(handle, late, update_id, committed, target, timeout_s)
     return target
 
 
+def _disagreeing(staged: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Replicas whose view of the update (the disk files read, whether it merges into the base held)
+    differs from the first one's: a directory that is not the same everywhere is refused."""
+    views = {r: (s["fingerprint"], s["relies"], s["complete"]) for r, s in staged.items()}
+    first = next(iter(views.values()), None)
+    return {
+        r: f"read another checkpoint than the other replicas (files {v[0]!r})"
+        for r, v in views.items()
+        if v != first
+    }
+
+
 def _catch_up_late(
-    handle: Any, late: list[str], update_id: str, refs: list[Any], target: int, timeout_s: float
+    handle: Any, late: list[str], update_id: str, payload: FleetPayload, target: int, timeout_s: float
 ) -> None:
     """A replica that started during the update (it read the ledger before the record) gets it too."""
     behind = [r for r, v in _versions(handle, late, tolerant=True).items() if v < target]
     if not behind:
         return
-    failed = _each(handle.stage_weights, behind, lambda r: (update_id, refs, target), timeout_s)
+    _, failed = _each(handle.stage_weights, behind, lambda r: (update_id, payload, target), timeout_s)
     _each(handle.hold, behind, lambda r: None, CONTROL_TIMEOUT_S)
     try:
-        failed |= _each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)
+        failed |= _each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)[1]
     finally:
         _each(handle.release, behind, lambda r: None, CONTROL_TIMEOUT_S)
     if failed:
@@ -100,16 +118,16 @@ def _versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[
 
 def _each(
     method: Any, replicas: list[str], payload: Callable[[str], Any], timeout_s: float
-) -> dict[str, str]:
-    """Calls `method` on every replica at once; returns {replica: error} for those that failed."""
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Calls `method` on every replica at once; returns ({replica: result}, {replica: error})."""
     responses = {r: method.remote(Targeted(r, payload(r))) for r in replicas}
-    failed = {}
+    results, failed = {}, {}
     for replica, response in responses.items():
         try:
-            response.result(timeout_s=timeout_s)
+            results[replica] = response.result(timeout_s=timeout_s)
         except Exception as exc:  # a replica's refusal or its death: named in the error
             failed[replica] = f"{type(exc).__name__}: {exc}"
-    return failed
+    return results, failed
 
 
 def _describe(phase: str, failed: dict[str, str], current: dict[str, int]) -> str:

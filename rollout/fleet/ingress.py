@@ -4,7 +4,9 @@ Each generate request becomes an `OpenAICall` that Ray Serve routes to an engine
 (CacheAffinityRouter: session, cached prefix, load). A request without a `seed` gets one here, so
 that when its replica dies before answering, the same call on another replica samples exactly the
 same tokens (the engine's seeded sampling does not depend on the batch): nothing is lost, and the
-caller sees one reply. A stream is retried only before its first byte. /metrics is the fleet's
+caller sees one reply. A stream whose replica dies after its first byte is replayed on another and
+spliced (stream_failover.py): the caller's stream goes on where it was, exactly, or ends with an
+error event when the replay is not the same sample. /metrics is the fleet's
 (fleet_metrics.py), /v1/models any replica's.
 """
 
@@ -29,6 +31,7 @@ from rollout.fleet.replica_calls import (
     Targeted,
 )
 from rollout.fleet.replica_names import live_replicas
+from rollout.fleet.stream_failover import SpliceMismatchError, StreamLog, StreamSplice
 
 MAX_ATTEMPTS = 3
 # The replica died or became unreachable with the call (ActorDiedError, ActorUnavailableError...).
@@ -110,18 +113,38 @@ def ingress_deployment(app_name: str, num_cpus: float, token: str | None = None)
                     return Response(
                         b"".join([c async for c in chunks]), head.status, media_type=head.media_type
                     )
-                return StreamingResponse(_relay(chunks), media_type=head.media_type)
+                return StreamingResponse(self._relay(call, chunks), media_type=head.media_type)
             raise AssertionError("unreachable")
+
+        async def _relay(self, call: OpenAICall, chunks: Any) -> AsyncIterator[bytes]:
+            """The replica's bytes; when it dies mid-stream, the continuation from a replay."""
+            log = StreamLog()
+            for attempt in range(MAX_ATTEMPTS):
+                splice = StreamSplice(log) if attempt else None
+                try:
+                    if attempt:
+                        chunks = self.engine.options(stream=True).openai_stream.remote(call)
+                        head = await chunks.__anext__()
+                        if not isinstance(head, ForwardedReply) or head.status != 200:
+                            break
+                    async for chunk in chunks:
+                        out = splice.feed(chunk) if splice else chunk
+                        log.record(out)
+                        if out:
+                            yield out
+                    return
+                except LOST as exc:
+                    lost = exc
+                except SpliceMismatchError as exc:
+                    yield _error_event(f"the stream could not continue on another replica: {exc}")
+                    return
+            yield _error_event(f"the replica serving this stream died: {lost}")
 
     return FleetIngress
 
 
-async def _relay(chunks: Any) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except LOST as exc:  # mid-stream: the tokens sent cannot be taken back; the stream says so
-        yield f"data: {json.dumps(_error(f'the replica serving this stream died: {exc}'))}\n\n".encode()
+def _error_event(message: str) -> bytes:
+    return f"data: {json.dumps(_error(message, 500))}\n\n".encode()
 
 
 def _headers(request: Request) -> dict[str, str]:
@@ -132,5 +155,5 @@ def _headers(request: Request) -> dict[str, str]:
 
 
 def _error(message: str, code: int = 400) -> dict[str, Any]:
-    kind = "AuthenticationError" if code == 401 else "BadRequestError"
+    kind = {401: "AuthenticationError", 500: "InternalServerError"}.get(code, "BadRequestError")
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}

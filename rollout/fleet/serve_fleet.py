@@ -22,6 +22,7 @@ from ray.serve.config import RequestRouterConfig
 from rollout.client import RolloutClient
 from rollout.fleet.affinity_router import CacheAffinityRouter
 from rollout.fleet.engine_replica import EngineReplica, ReplicaSpec
+from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.fleet_update import push_to_fleet
 from rollout.fleet.ingress import ingress_deployment
 from rollout.fleet.replica_calls import Targeted
@@ -136,16 +137,37 @@ class ServeFleet:
         return RolloutClient(self.grpc_addresses, token=self.token, **kwargs)
 
     def update_weights(
-        self, model_or_named_tensors: Any, version: int | None = None, in_flight: str = "wait"
+        self,
+        model_or_named_tensors: Any = None,
+        version: int | None = None,
+        in_flight: str = "wait",
+        lora: Any = None,
+        path: str | None = None,
     ) -> int:
-        """One push to every replica, atomic across the fleet (fleet_update.py); returns the version."""
+        """One push to every replica, atomic across the fleet (fleet_update.py); returns the version.
+
+        As `RolloutClient.update_weights`: a PEFT model sends its adapter (`lora="adapter"`, its
+        default; "full": base and adapter), merged on each replica's held base; tensors with LoRA
+        factors take `lora={module: LoraTarget}`. `path`: the disk transport, a safetensors directory
+        every replica reads (tensors given too are written there first, rollout/weights/disk.py).
+        """
+        from rollout.weights.disk import save_checkpoint
+        from rollout.weights.lora_export import update_source
         from rollout.weights.manifest import unique_named_tensors
 
-        source = model_or_named_tensors
-        if hasattr(source, "named_parameters"):
-            source = source.state_dict()
-        tensors = {name: t.detach().cpu().contiguous() for name, t in unique_named_tensors(source)}
-        return push_to_fleet(self.handle, self.replicas, self._ledger, tensors, version, in_flight)
+        if model_or_named_tensors is None and path is None:
+            raise ValueError("model_or_named_tensors: required unless path names a checkpoint directory")
+        tensors, targets = None, lora
+        if model_or_named_tensors is not None:
+            source, targets = update_source(model_or_named_tensors, lora)
+            tensors = {n: t.detach().cpu().contiguous() for n, t in unique_named_tensors(source)}
+        if path is not None:
+            if tensors is not None:
+                save_checkpoint(tensors, path)
+            payload = FleetPayload(path=str(path), lora=targets)
+        else:
+            payload = FleetPayload(ref=ray.put(tensors), lora=targets)
+        return push_to_fleet(self.handle, self.replicas, self._ledger, payload, version, in_flight)
 
     def kill_replica(self, replica: str) -> None:
         """Kills one replica's process (as a crash would); Ray Serve starts a replacement."""

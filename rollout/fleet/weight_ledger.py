@@ -1,9 +1,11 @@
-"""WeightLedger: the fleet's last committed update, for replicas that start after it.
+"""WeightLedger: the fleet's committed updates, for replicas that start after them.
 
 Ray Serve replaces a replica that dies; the replacement loads the model from its flags, version 0.
-The ledger (a small named actor, no CPU reserved) keeps the version and the tensors' object ref of
-the fleet's last commit, and a new replica applies them before it serves (engine_replica.py), so no
-replica ever serves a version the fleet has moved past.
+The ledger (a small named actor, no CPU reserved) keeps the committed updates in order since the
+last one that wrote every weight (a FleetPayload: the tensors' object ref or the disk directory, LoRA
+targets), and a new replica replays them before it serves (engine_replica.py): an adapter merges into the base the updates
+before it left, so no replica ever serves weights the fleet has moved past. `base_version` is the
+base the fleet's replicas hold (the last update that did not merge into the held one).
 """
 
 from __future__ import annotations
@@ -17,24 +19,28 @@ NAMESPACE = "rollout-fleet"
 
 class WeightLedger:
     def __init__(self) -> None:
-        self.version = 0
-        self.refs: list[ray.ObjectRef] = []
+        self.entries: list[tuple[int, Any]] = []  # (version, FleetPayload)
+        self.base_version = 0
 
-    def record(self, version: int, refs: list[ray.ObjectRef]) -> None:
-        self.version, self.refs = version, refs
+    def record(self, version: int, payload: Any, replaces_base: bool, complete: bool) -> None:
+        """An update that writes every weight (`complete`) makes the ones before it moot: their
+        tensors leave Ray's store."""
+        self.entries = [(version, payload)] if complete else [*self.entries, (version, payload)]
+        if replaces_base:
+            self.base_version = version
 
-    def latest(self) -> tuple[int, list[ray.ObjectRef]]:
-        return self.version, self.refs
+    def latest(self) -> list[tuple[int, Any]]:
+        return list(self.entries)
+
+    def base(self) -> int:
+        return self.base_version
 
 
 def start_ledger(name: str) -> Any:
     return ray.remote(WeightLedger).options(name=name, namespace=NAMESPACE, num_cpus=0).remote()
 
 
-def ledger_weights(name: str) -> tuple[int, dict[str, Any]] | None:
-    """(version, tensors) of the last committed update, None before any."""
+def ledger_updates(name: str) -> list[tuple[int, Any]]:
+    """(version, FleetPayload) of every committed update, oldest first."""
     ledger = ray.get_actor(name, namespace=NAMESPACE)
-    version, refs = ray.get(ledger.latest.remote())
-    if not refs:
-        return None
-    return version, ray.get(refs[0])
+    return ray.get(ledger.latest.remote())

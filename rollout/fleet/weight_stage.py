@@ -1,7 +1,7 @@
 """One replica's side of a fleet-wide weight update: stage, hold, commit or discard, release.
 
-Stage validates the tensors against the engine (names, shapes, dtypes, the next version) without
-writing a byte and keeps them; hold closes the replica's gate, so no new request reaches its engine
+Stage validates the tensors against the engine (names, shapes, dtypes, the next version; LoRA factors
+merged into the held base, which must be the one the fleet names) without writing a byte and keeps them; hold closes the replica's gate, so no new request reaches its engine
 until release; commit writes them once the engine is idle (in-flight policy "wait": every sample
 keeps one version) or after aborting what runs ("abort"). A hold left open by a coordinator that
 went away lapses after `hold_timeout_s`.
@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.weights.updater import check_next_version
+from rollout.weights.lora import LoraTargets
+from rollout.weights.updater import check_next_version, plan_writes
 
 FLEET_POLICIES = ("wait", "abort")
 
@@ -23,6 +24,8 @@ FLEET_POLICIES = ("wait", "abort")
 class StagedUpdate:
     tensors: dict[str, Any]
     version: int
+    lora: LoraTargets | None = None
+    base_version: int | None = None
 
 
 class WeightStage:
@@ -34,17 +37,23 @@ class WeightStage:
         self._open.set()
         self._held_until = 0.0
 
-    def stage(self, update_id: str, tensors: dict[str, Any], version: int) -> int:
-        """Validates and keeps the update; returns the version serving now. Raises naming the problem."""
+    def stage(self, update_id: str, update: StagedUpdate) -> dict[str, bool]:
+        """Validates and keeps the update; returns whether it merges into the held base (`relies`) and
+        writes every weight of the model (`complete`). Raises naming the problem (a tensor, the
+        version, another base held: BaseMismatchError)."""
 
-        def validate(engine: Any) -> int:
-            check_next_version(engine.weight_version, version)
-            engine.weights.plan(tensors, None)  # names, shapes, dtypes: WeightUpdateError, nothing written
-            return engine.weight_version
+        def validate(engine: Any) -> dict[str, bool]:
+            check_next_version(engine.weight_version, update.version)
+            plan = engine.weights.plan(update.tensors, update.lora)  # WeightUpdateError, nothing written
+            engine.weights.adapters.check_base(plan, update.base_version)
+            model = engine.weights.local_runner.model
+            written = {target.data_ptr() for target, _ in plan_writes(model, plan.tensors)}
+            every = {t.data_ptr() for t in model.state_dict(keep_vars=True).values()}
+            return {"relies": bool(plan.relies_on_base), "complete": every <= written}
 
-        current = self.loop.call(validate)
-        self.staged[update_id] = StagedUpdate(tensors, version)
-        return current
+        view = self.loop.call(validate)
+        self.staged[update_id] = update
+        return view
 
     def hold(self) -> None:
         self._open.clear()
@@ -61,7 +70,9 @@ class WeightStage:
             raise KeyError(f"update_id {update_id!r}: nothing staged under it on this replica")
 
         def write(engine: Any) -> int:
-            return engine.update_weights(update.tensors, update.version, in_flight="wait")
+            return engine.update_weights(
+                update.tensors, update.version, "wait", update.lora, update.base_version
+            )
 
         return self.loop.run_exclusive(write, abort_running=in_flight == "abort")
 

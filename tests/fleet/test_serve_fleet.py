@@ -1,13 +1,16 @@
 """A real local Ray Serve fleet: 2 engine replicas of a tiny chat model behind one OpenAI endpoint.
 
 One Ray instance and one fleet for the module (starting replicas costs about a minute on 2 cores).
-The test that kills a replica runs last.
+The tests that kill a replica run last.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +21,12 @@ import torch
 ray = pytest.importorskip("ray", reason='the fleet tests need the ray extra: pip install "rollout[ray]"')
 
 from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
+from rollout.client import RolloutClient  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
+from rollout.protocol.generated import weights_pb2  # noqa: E402
+from rollout.weights.disk import save_checkpoint  # noqa: E402
+from rollout.weights.lora_export import peft_update  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
@@ -30,6 +37,10 @@ from tests.fleet.serve_fleet_builders import (  # noqa: E402
     run_episode,
     save_chat_model,
 )
+from tests.weights.lora_builders import set_adapter  # noqa: E402
+
+peft = pytest.importorskip("peft")
+from peft import LoraConfig, get_peft_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +124,84 @@ def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
 
 
+def test_a_disk_push_loads_the_directory_on_every_replica_and_a_bad_one_changes_none(
+    fleet: ServeFleet, model_dir: Path, tmp_path: Path
+) -> None:
+    new = _perturbed(3)
+    version = fleet.update_weights(path=str(save_checkpoint(new.state_dict(), tmp_path / "v")))
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    assert _fleet_greedy(fleet) == _offline_greedy(new, model_dir)
+    bad = dict(_perturbed(4).state_dict())
+    bad["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(FleetUpdateError, match="model.norm.weight"):
+        fleet.update_weights(path=str(save_checkpoint(bad, tmp_path / "bad")))
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet: ServeFleet) -> None:
+    """Replica 0 keeps the fleet's base under an adapter, replica 1 gets a new base (both pushed past the
+    fleet, over gRPC): a fleet adapter push stages on 0, replica 1 refuses it, neither commits."""
+    base = _perturbed(8)
+    fleet.update_weights(base)
+    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 9)
+    version = fleet.describe()[0]["weight_version"] + 1
+    first, second = fleet.grpc_addresses
+    with RolloutClient([first], token=fleet.token) as client:  # its adapter, on the fleet's base
+        held = weights_pb2.WeightBase(boot_id=client.server_info().boot_id, version=version - 1)
+        client.weight_pusher.bases.record(first, weights_pb2.UpdateWeightsResponse(base=held))
+        client.update_weights(policy, version=version)
+    with RolloutClient([second], token=fleet.token) as client:
+        client.update_weights(_perturbed(10), version=version)
+    before = _fleet_greedy(fleet)
+    with pytest.raises(FleetUpdateError, match="base") as refused:
+        fleet.update_weights(set_adapter(policy, 11))
+    named = re.findall(r"replica (\w+): ", str(refused.value))  # the refusal names one replica
+    assert "staging" in str(refused.value) and len(named) == 1 and "BaseMismatchError" in str(refused.value)
+    assert refused.value.versions == dict.fromkeys(fleet.replicas(), version)
+    assert _fleet_greedy(fleet) == before and before[0] != before[1]
+    fleet.update_weights(_perturbed(8))  # one base again for the tests after
+
+
+def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_none(
+    fleet: ServeFleet, model_dir: Path
+) -> None:
+    base = _perturbed(5)
+    fleet.update_weights(base)
+    policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
+    version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+    assert _fleet_greedy(fleet) == _offline_greedy(copy.deepcopy(policy).merge_and_unload(), model_dir)
+    ledger = ray.get(fleet._ledger.latest.remote())  # the full push made the updates before it moot
+    assert [v for v, _ in ledger] == [version - 1, version]
+    named, targets = peft_update(set_adapter(policy, 7))
+    module = next(iter(targets))
+    named = [(n, torch.ones(2, 2) if n == f"{module}.lora_A.weight" else t) for n, t in named]
+    with pytest.raises(FleetUpdateError, match=module):
+        fleet.update_weights(dict(named), lora=targets)
+    assert [d["weight_version"] for d in fleet.describe()] == [version, version]
+
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0)
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+
+
+def _fleet_greedy(fleet: ServeFleet) -> list[list[list[int]]]:
+    """Each replica's greedy outputs (one client per replica's gRPC address)."""
+    out = []
+    for address in fleet.grpc_addresses:
+        with RolloutClient([address], token=fleet.token) as client:
+            out.append([o.outputs[0].token_ids for o in client.generate(PROMPTS, GREEDY)])
+    return out
+
+
+def _offline_greedy(model: torch.nn.Module, model_dir: Path) -> list[list[list[int]]]:
+    offline = LLM(
+        model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False)
+    )
+    want = [o.outputs[0].token_ids for o in offline.generate(PROMPTS, GREEDY)]
+    return [want, want]
+
+
 def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_the_fleet_version(
     fleet: ServeFleet,
 ) -> None:
@@ -140,13 +229,44 @@ def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_t
     described = fleet.wait_for_replicas()
     assert victim not in {d["replica"] for d in described}
     assert [d["weight_version"] for d in described] == [version, version]
+    first, second = _fleet_greedy(fleet)  # the replacement replayed every update, adapters included
+    assert first == second
 
 
-def _busy_replica(fleet: ServeFleet) -> str:
+def test_a_stream_whose_replica_dies_mid_reply_goes_on_exactly_from_another_replica(
+    fleet: ServeFleet,
+) -> None:
+    """Runs after the kill above (a second replica killed): the caller's one stream, no error event,
+    every token once, the same as the seeded non-streamed reply."""
+    fleet.wait_for_replicas()
+    messages = [{"role": "user", "content": "stream a long answer"}]
+    fields = dict(max_tokens=460, temperature=1.0, ignore_eos=True, seed=11, logprobs=True)
+    whole = chat(fleet.base_url, messages, **fields)["choices"][0]
+    body = {"model": MODEL_NAME, "messages": messages, "stream": True, **fields}
+    events, killed = [], []
+    with httpx.stream("POST", f"{fleet.base_url}/chat/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:]))
+                if not killed and any(c["delta"].get("content") for c in events[-1].get("choices", [])):
+                    killed.append(_busy_replica(fleet, limit_s=60))
+                    fleet.kill_replica(killed[0])
+    assert killed and not [e for e in events if "error" in e]
+    choices = [c for e in events for c in e["choices"]]
+    assert "".join(c["delta"].get("content") or "" for c in choices) == whole["message"]["content"]
+    streamed = [t["token"] for c in choices for t in (c.get("logprobs") or {}).get("content") or []]
+    assert streamed == [t["token"] for t in whole["logprobs"]["content"]]
+    assert [c for c in choices if c["finish_reason"]][0]["token_ids"] == whole["token_ids"]
+    assert len({e["id"] for e in events}) == 1
+
+
+def _busy_replica(fleet: ServeFleet, limit_s: float = 3600.0) -> str:
     from rollout.fleet.replica_calls import Targeted
 
-    while True:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
         for replica in fleet.replicas():
             stats = fleet.handle.stats.remote(Targeted(replica)).result(timeout_s=120)
             if stats.get("num_running_seqs", 0) > 0:
                 return replica
+    pytest.fail(f"no replica was running a request within {limit_s}s")
