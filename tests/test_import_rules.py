@@ -12,14 +12,15 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.import_graph import ROOT, module_name, sources
+from tests.import_graph import imported_names as imported_modules
+
 ABOVE_ENGINE = (
     "rollout.llm",
     "rollout.engine_factory",
@@ -67,27 +68,6 @@ SERVER_IMPORTERS = (
     "rollout.fleet",
     "rollout.openai",  # the OpenAI-compatible front end runs on the server's engine loop
 )
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every absolute module a file imports, at any depth (type-only imports count: they are a dependency too)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def sources() -> list[Path]:
-    return sorted(p for d in ("rollout", "trainer_plugins") for p in (ROOT / d).rglob("*.py"))
 
 
 def within(name: str, package: str) -> bool:
