@@ -44,6 +44,10 @@ class BaseMismatchError(RuntimeError):
             'push the base weights first (a PEFT model: lora="full")'
         )
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its two bases, so it crosses process boundaries (Ray fleets) as itself."""
+        return (BaseMismatchError, (self.named, self.held))
+
 
 def relies_on_held_base(names: Iterable[str], lora: LoraTargets | None) -> bool:
     """True when an update's adapters merge into the base held: a LoRA target whose weight it does not carry."""

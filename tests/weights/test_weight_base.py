@@ -6,6 +6,8 @@ moves with every update that does not merge into it, and with a direct write int
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -109,3 +111,11 @@ def test_an_engine_update_relying_on_the_held_base_without_naming_it_is_refused_
     ):
         llm.engine.update_weights(named, lora=targets)
     assert_unchanged(llm, before)
+
+
+def test_a_base_mismatch_survives_pickling_as_itself() -> None:
+    """A fleet replica's refusal reaches the caller through Ray, which pickles it."""
+    error = BaseMismatchError(WeightBase("boot-a", 3), WeightBase("boot-b", 5))
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is BaseMismatchError
+    assert (back.named, back.held, str(back)) == (error.named, error.held, str(error))
