@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from rollout.server.admission import FairLimit
@@ -29,6 +30,12 @@ def http_caller(header: str | None, user: str | None, client_host: str | None) -
     if user:
         return f"openai:{user}"
     return f"openai:host:{client_host or 'unknown'}"
+
+
+def caller_of(request: Request, user: str | None) -> str:
+    """An HTTP request's caller key: its caller header, else the body's `user`, else its client host."""
+    client_host = request.client.host if request.client else None
+    return http_caller(request.headers.get(CALLER_HEADER), user, client_host)
 
 
 class Gate:

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from rollout.openai.admission_gate import CALLER_HEADER, ReleasingStreamingResponse, http_caller
+from rollout.openai.admission_gate import ReleasingStreamingResponse, caller_of
 from rollout.openai.errors import error_body, status_of, validation_message
 from rollout.openai.frontend import (
     Frontend,
@@ -81,8 +81,7 @@ async def _generate(
     prefix: str,
     write: WriteChoice,
 ) -> Response:
-    client_host = request.client.host if request.client else None
-    caller = http_caller(request.headers.get(CALLER_HEADER), req.user, client_host)
+    caller = caller_of(request, req.user)
     release = frontend.gate.enter(caller)  # 503 while draining, 429 past the bound or the caller's share
     streaming = False
     try:

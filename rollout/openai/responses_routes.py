@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from rollout.openai.admission_gate import CALLER_HEADER, ReleasingStreamingResponse, http_caller
+from rollout.openai.admission_gate import ReleasingStreamingResponse, caller_of
 from rollout.openai.errors import error_body, status_of
 from rollout.openai.frontend import Frontend, usage_of, write_chat
 from rollout.openai.requests.prepare import Prepared
@@ -56,8 +56,7 @@ def register_responses(app: FastAPI, frontend: Frontend, store: ResponseStore | 
 async def _create(
     frontend: Frontend, store: ResponseStore, req: ResponsesRequest, request: Request
 ) -> Response:
-    client_host = request.client.host if request.client else None
-    caller = http_caller(request.headers.get(CALLER_HEADER), req.user, client_host)
+    caller = caller_of(request, req.user)
     release = frontend.gate.enter(caller)  # 503 while draining, 429 past the bound or the caller's share
     streaming = False
     try:

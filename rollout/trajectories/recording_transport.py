@@ -58,6 +58,17 @@ def _streamed(response: httpx.Response) -> bool:
     return response.headers.get("content-type", "").startswith("text/event-stream")
 
 
+def _restreamed(response: httpx.Response, request: httpx.Request, stream: Any) -> httpx.Response:
+    """`response` with its body read through `stream` (a tee that records what passes)."""
+    return httpx.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=stream,
+        request=request,
+        extensions=response.extensions,
+    )
+
+
 class RecordingTransport(httpx.BaseTransport):
     def __init__(self, inner: httpx.BaseTransport, on_request: OnRequest, ask_logprobs: bool = True) -> None:
         self.inner, self.on_request, self.ask_logprobs = inner, on_request, ask_logprobs
@@ -75,14 +86,7 @@ class RecordingTransport(httpx.BaseTransport):
         if not _streamed(response):
             sink(response.read(), False)
             return response
-        stream = _Tee(response.stream, lambda raw: sink(raw, True))
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=stream,
-            request=request,
-            extensions=response.extensions,
-        )
+        return _restreamed(response, request, _Tee(response.stream, lambda raw: sink(raw, True)))
 
     def close(self) -> None:
         self.inner.close()
@@ -107,14 +111,7 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         if not _streamed(response):
             sink(await response.aread(), False)
             return response
-        stream = _AsyncTee(response.stream, lambda raw: sink(raw, True))
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=stream,
-            request=request,
-            extensions=response.extensions,
-        )
+        return _restreamed(response, request, _AsyncTee(response.stream, lambda raw: sink(raw, True)))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
