@@ -95,7 +95,7 @@ def policy_loss(
             logp = token_logprobs(
                 model, replay, list(output.prompt_token_ids), list(sample.token_ids), params
             )
-            behaviour = torch.tensor(sample.logprobs)
+            behaviour = torch.tensor(sample.token_logprobs)
             ratio = torch.exp(logp - behaviour)  # 1 up to numerics unless overlapped (--async)
             losses.append(-(ratio * advantage))
             drift.append((logp.detach() - behaviour).abs())

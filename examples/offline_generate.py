@@ -24,7 +24,7 @@ def main() -> None:
     for prompt, output in zip(prompts, outputs, strict=True):
         print(f"{prompt!r}")
         for sample in output.outputs:
-            logprob = sum(sample.logprobs or [])
+            logprob = sum(sample.token_logprobs or [])
             print(
                 f"  [{sample.index}] {sample.text!r:12} logprob {logprob:7.3f}  finish {sample.finish_reason}"
             )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollout.logprobs import SampleLogprobs
+
 FINISH_REASONS = ("stop", "length", "abort")
 
 
@@ -20,9 +22,10 @@ class CompletionOutput:
 
     index: int
     token_ids: list[int]
-    # Per token: the sampled token's value, a float that is also vLLM's Logprob (.logprob, .rank, .decoded_token;
-    # rollout/logprobs.py) when the engine made it (a plain float from a server that predates ranks).
-    logprobs: list[float] | None
+    # Per token: the sampled token's value (what RL code trains on: `torch.tensor(out.token_logprobs)`), a float
+    # that is also vLLM's Logprob (.logprob, .rank, .decoded_token; rollout/logprobs.py) when the engine made it
+    # (a plain float from a server that predates ranks). `logprobs` is vLLM's shape of the same values.
+    token_logprobs: list[float] | None
     # Per token with logprobs=k > 0: the top k (rank order), plus the sampled token when it is not among them.
     top_logprobs: list[dict[int, float]] | None
     finish_reason: str
@@ -45,16 +48,14 @@ class CompletionOutput:
     logprobs_mode: str | None = None
 
     @property
-    def vllm_logprobs(self) -> list[dict[int, float]] | None:
-        """vLLM's `CompletionOutput.logprobs`: per token `{token_id: Logprob}`, the sampled token first, then
-        the top k (k or k + 1 entries); `vllm_logprobs[i][token].logprob / .rank / .decoded_token`."""
-        if self.logprobs is None:
+    def logprobs(self) -> SampleLogprobs | None:
+        """vLLM's `CompletionOutput.logprobs`: per token `{token_id: Logprob}`, the sampled token first, then the
+        top k (k or k + 1 entries), so `logprobs[i][token].logprob / .rank / .decoded_token` and
+        `next(iter(logprobs[i].values()))` run as in vLLM; None without logprobs. A view over `token_logprobs`
+        and `top_logprobs` (each entry built when read)."""
+        if self.token_logprobs is None:
             return None
-        tops = self.top_logprobs or [{}] * len(self.logprobs)
-        return [
-            {token: logprob, **top}
-            for token, logprob, top in zip(self.token_ids, self.logprobs, tops, strict=True)
-        ]
+        return SampleLogprobs(self.token_ids, self.token_logprobs, self.top_logprobs)
 
 
 @dataclass(slots=True)
@@ -103,7 +104,7 @@ class PartialSample:
         return cls(
             sample.index,
             list(sample.token_ids),
-            sample.logprobs,
+            sample.token_logprobs,
             sample.top_logprobs,
             list(sample.weight_versions),
             list(sample.kv_versions),

@@ -35,12 +35,14 @@ def test_offline_logprobs_carry_each_tokens_own_text_as_vllm_decodes_it(llm: LLM
     params = SamplingParams(max_tokens=4, seed=1, logprobs=2, prompt_logprobs=1)
     (out,) = llm.generate(["hello"], params)
     sample = out.outputs[0]
-    for token, value, top in zip(sample.token_ids, sample.logprobs, sample.top_logprobs, strict=True):
+    for token, value, top in zip(sample.token_ids, sample.token_logprobs, sample.top_logprobs, strict=True):
         assert value.decoded_token == tokenizer.decode([token])
         assert all(v.decoded_token == tokenizer.decode([t]) for t, v in top.items())
     for entry in out.prompt_logprobs[1:]:
         assert all(v.decoded_token == tokenizer.decode([t]) and v.rank >= 1 for t, v in entry.items())
     (plain,) = llm.generate(["hello"], SamplingParams(max_tokens=4, seed=1, logprobs=2, detokenize=False))
-    assert all(v.decoded_token is None for v in plain.outputs[0].logprobs)  # vLLM: none with detokenize=False
-    assert plain.outputs[0].logprobs == sample.logprobs  # the same values, ranks too
-    assert [v.rank for v in plain.outputs[0].logprobs] == [v.rank for v in sample.logprobs]
+    assert all(
+        v.decoded_token is None for v in plain.outputs[0].token_logprobs
+    )  # vLLM: none with detokenize=False
+    assert plain.outputs[0].token_logprobs == sample.token_logprobs  # the same values, ranks too
+    assert [v.rank for v in plain.outputs[0].token_logprobs] == [v.rank for v in sample.token_logprobs]

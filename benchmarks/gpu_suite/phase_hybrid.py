@@ -74,7 +74,7 @@ def _case(ctx: Context, family: str, dtype_name: str) -> dict:
         "max_dlogprob": max(
             abs(a - b)
             for g, w in zip(got, want, strict=True)
-            for a, b in zip(g.logprobs, w.logprobs, strict=True)
+            for a, b in zip(g.token_logprobs, w.token_logprobs, strict=True)
         ),
     }
 

@@ -111,7 +111,7 @@ def _case(
     outs = [o.outputs[0] for o in llm.generate(prompts, params)]
     hf = [_hf_greedy(reference, p, new) for p in prompts]
     engine_dlp = [
-        _dlogprob(reference, p, o.token_ids, o.logprobs) for p, o in zip(prompts, outs, strict=True)
+        _dlogprob(reference, p, o.token_ids, o.token_logprobs) for p, o in zip(prompts, outs, strict=True)
     ]
     eager_dlp = [_dlogprob(reference, p, toks, lps) for p, (toks, lps) in zip(prompts, hf, strict=True)]
     diffs = [_first_diff(o.token_ids, toks) for o, (toks, _) in zip(outs, hf, strict=True)]
@@ -128,7 +128,7 @@ def _case(
     }
     if dtype != torch.float32:  # the target: no further from fp32 than transformers' own low precision
         truth = make_model(family, 0, device, torch.float32, attn="eager")
-        pairs = [(p, o.token_ids, o.logprobs) for p, o in zip(prompts, outs, strict=True)]
+        pairs = [(p, o.token_ids, o.token_logprobs) for p, o in zip(prompts, outs, strict=True)]
         case["engine_vs_fp32_mean"] = _mean([_dlogprob(truth, *pair) for pair in pairs])
         hf_pairs = [(p, toks, lps) for p, (toks, lps) in zip(prompts, hf, strict=True)]
         case["eager_vs_fp32_mean"] = _mean([_dlogprob(truth, *pair) for pair in hf_pairs])
@@ -149,7 +149,9 @@ def _after_update(
     params = SamplingParams(temperature=0, max_tokens=new, ignore_eos=True, logprobs=0, logprobs_mode="raw")
     outs = [o.outputs[0] for o in llm.generate(prompts, params)]
     equal = sum(o.token_ids == _hf_greedy(updated, p, new)[0] for o, p in zip(outs, prompts, strict=True))
-    dlp = max(max(_dlogprob(updated, p, o.token_ids, o.logprobs)) for o, p in zip(outs, prompts, strict=True))
+    dlp = max(
+        max(_dlogprob(updated, p, o.token_ids, o.token_logprobs)) for o, p in zip(outs, prompts, strict=True)
+    )
     return f"{equal}/{len(prompts)} equal, |dlp| max {dlp:.1e}"
 
 

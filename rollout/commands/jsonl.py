@@ -95,7 +95,7 @@ def output_record(item: PromptLine, output: RequestOutput) -> dict[str, Any]:
             "index": s.index,
             "token_ids": s.token_ids,
             "text": s.text,
-            "logprobs": s.logprobs,
+            "logprobs": s.token_logprobs,
             "top_logprobs": [{str(t): lp for t, lp in p.items()} for p in s.top_logprobs]
             if s.top_logprobs
             else None,

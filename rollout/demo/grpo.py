@@ -40,7 +40,10 @@ def collect_samples(outputs: list[RequestOutput], rewards: list[list[float]]) ->
             if completion.token_ids and abs(advantage) > 1e-6:
                 samples.append(
                     Sample(
-                        output.prompt_token_ids, completion.token_ids, completion.logprobs or [], advantage
+                        output.prompt_token_ids,
+                        completion.token_ids,
+                        completion.token_logprobs or [],
+                        advantage,
                     )
                 )
     return samples

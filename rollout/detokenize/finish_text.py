@@ -50,11 +50,11 @@ def truncate_completion(sample: CompletionOutput, num_tokens: int) -> Completion
     def cut(values: list | None) -> list | None:
         return None if values is None else values[:num_tokens]
 
-    logprobs = cut(sample.logprobs)
+    logprobs = cut(sample.token_logprobs)
     return dataclasses.replace(
         sample,
         token_ids=sample.token_ids[:num_tokens],
-        logprobs=logprobs,
+        token_logprobs=logprobs,
         top_logprobs=cut(sample.top_logprobs),
         kept_log_mass=cut(sample.kept_log_mass),
         kept_token_ids=cut(sample.kept_token_ids),

@@ -39,8 +39,9 @@ def with_decoded_tokens(
 
 
 def _decode_sample(sample: CompletionOutput, texts: _TokenTexts) -> None:
-    if sample.logprobs is not None:
-        sample.logprobs = [texts.one(t, lp) for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)]
+    if sample.token_logprobs is not None:
+        pairs = zip(sample.token_ids, sample.token_logprobs, strict=True)
+        sample.token_logprobs = [texts.one(t, lp) for t, lp in pairs]
     if sample.top_logprobs is not None:
         sample.top_logprobs = [texts.entry(e) for e in sample.top_logprobs]
 

@@ -120,7 +120,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
     message = pb.Sample(
         index=sample.index,
         token_ids=sample.token_ids,
-        logprobs=sample.logprobs or [],
+        logprobs=sample.token_logprobs or [],
         finish_reason=_FINISH_TO_PB[sample.finish_reason],
         weight_version=sample.weight_version,
         weight_versions=spans_to_proto(sample.weight_versions),
@@ -128,7 +128,7 @@ def sample_to_proto(sample: CompletionOutput) -> pb.Sample:
         kept_log_mass=sample.kept_log_mass or [],
         kept_token_ids=[pb.TokenIds(ids=ids) for ids in sample.kept_token_ids or []],
         logprobs_mode=mode_to_proto(sample.logprobs_mode),
-        logprob_ranks=ranks_to_proto(sample.logprobs),
+        logprob_ranks=ranks_to_proto(sample.token_logprobs),
     )
     message.top_logprobs.extend(_top_logprobs_to_proto(sample.top_logprobs))
     if sample.text is not None:
@@ -147,7 +147,7 @@ def sample_from_proto(message: pb.Sample, logprobs: bool, top_logprobs: bool) ->
     return CompletionOutput(
         index=message.index,
         token_ids=list(message.token_ids),
-        logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks) if logprobs else None,
+        token_logprobs=logprobs_from_proto(message.logprobs, message.logprob_ranks) if logprobs else None,
         top_logprobs=_top_logprobs_from_proto(message.top_logprobs) if top_logprobs else None,
         finish_reason=_FINISH_FROM_PB.get(message.finish_reason, "abort"),
         weight_version=message.weight_version,

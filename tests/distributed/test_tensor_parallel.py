@@ -21,7 +21,7 @@ def assert_same_outputs(tp_outputs, one_outputs) -> None:
     for tp, one in zip(tp_outputs, one_outputs, strict=True):
         for a, b in zip(tp.outputs, one.outputs, strict=True):
             assert a.token_ids == b.token_ids
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= TOL
+            assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True)) <= TOL
 
 
 @pytest.mark.parametrize("family", FAMILIES)

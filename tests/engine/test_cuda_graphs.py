@@ -82,7 +82,7 @@ def assert_same_outputs(
             assert sample.token_ids == ref.token_ids
             # Logprob is a float subclass; torch.testing looks number types up exactly, so compare as tensors
             torch.testing.assert_close(
-                torch.tensor(sample.logprobs), torch.tensor(ref.logprobs), atol=atol, rtol=0
+                torch.tensor(sample.token_logprobs), torch.tensor(ref.token_logprobs), atol=atol, rtol=0
             )
             for top, ref_top in zip(sample.top_logprobs or [], ref.top_logprobs or [], strict=True):
                 assert top.keys() == ref_top.keys()

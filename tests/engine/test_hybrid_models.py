@@ -54,7 +54,7 @@ def assert_exact(reference: torch.nn.Module, prompts: list[list[int]], outputs) 
     for prompt, output in zip(prompts, outputs, strict=True):
         for sample in output.outputs:
             expected = teacher_forced_logprobs(reference, prompt, list(sample.token_ids))
-            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= TOL
+            assert (torch.tensor(sample.token_logprobs) - expected).abs().max().item() <= TOL
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)
@@ -131,7 +131,9 @@ def test_halving_one_kind_of_state_mid_generation_fails_the_exactness_check(
         samples += [s for out in engine.step() for s in out.outputs]
     reference = build(family)
     gap = max(
-        (torch.tensor(s.logprobs) - teacher_forced_logprobs(reference, prompt, list(s.token_ids))).abs().max()
+        (torch.tensor(s.token_logprobs) - teacher_forced_logprobs(reference, prompt, list(s.token_ids)))
+        .abs()
+        .max()
         for s in samples
     )
     assert gap > 1e-3
@@ -172,7 +174,7 @@ def test_an_update_with_recompute_mid_generation_restarts_the_states(family: Fam
         samples += [s for out in engine.step() for s in out.outputs]
     for sample in samples:
         tokens = list(sample.token_ids)
-        got = torch.tensor(sample.logprobs)
+        got = torch.tensor(sample.token_logprobs)
         old = teacher_forced_logprobs(build(family), prompt, tokens)
         fresh = teacher_forced_logprobs(new, prompt, tokens)
         assert (got[:before] - old[:before]).abs().max().item() <= TOL
@@ -217,7 +219,7 @@ def test_an_update_with_keep_continues_the_old_states_as_transformers_cache_does
     tokens, logprobs = keep_reference(build(family), new_state, prompt + head, 12 - len(head))
     assert list(sample.token_ids) == head + tokens
     torch.testing.assert_close(
-        torch.tensor(sample.logprobs[len(head) :]), torch.tensor(logprobs), atol=TOL, rtol=0
+        torch.tensor(sample.token_logprobs[len(head) :]), torch.tensor(logprobs), atol=TOL, rtol=0
     )
     assert sample.weight_versions == [(0, 0), (len(head), 1)]
 

@@ -29,7 +29,7 @@ def assert_same(got: list[RequestOutput], want: list[RequestOutput]) -> None:
     for g, w in zip(got, want, strict=True):
         for a, b in zip(g.outputs, w.outputs, strict=True):
             assert a.token_ids == b.token_ids
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= TOL
+            assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True)) <= TOL
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.model_type)

@@ -48,7 +48,7 @@ def test_recompute_continues_like_a_fresh_engine_with_the_new_weights() -> None:
     new_lp = teacher_forced_logprobs(reference_copy(new), prompt, samples[0].token_ids)
     for sample in samples:
         assert sample.token_ids == head + fresh[0].outputs[0].token_ids
-        got = torch.tensor(sample.logprobs)
+        got = torch.tensor(sample.token_logprobs)
         torch.testing.assert_close(got[:BEFORE], old_lp[:BEFORE], atol=TOL, rtol=0)
         torch.testing.assert_close(got[BEFORE:], new_lp[BEFORE:], atol=TOL, rtol=0)
         assert sample.weight_versions == [(0, 0), (BEFORE, 1)]
@@ -70,7 +70,7 @@ def test_keep_continues_on_the_old_kv_like_transformers_with_a_dynamic_cache() -
     )
     assert sample.token_ids == head + tokens
     torch.testing.assert_close(
-        torch.tensor(sample.logprobs[BEFORE:]), torch.tensor(logprobs), atol=TOL, rtol=0
+        torch.tensor(sample.token_logprobs[BEFORE:]), torch.tensor(logprobs), atol=TOL, rtol=0
     )
     assert sample.weight_versions == [(0, 0), (BEFORE, 1)]
     assert sample.kv_versions == [(0, 0)]
@@ -90,7 +90,7 @@ def test_abort_returns_every_sampled_token_at_once_and_unstarted_requests_run_on
     first = engine.step()
     assert [out.request_id for out in first] == ["r"] and first[0].finished
     for sample in first[0].outputs:
-        assert (sample.token_ids, sample.logprobs, sample.finish_reason) == (head, logprobs, "abort")
+        assert (sample.token_ids, sample.token_logprobs, sample.finish_reason) == (head, logprobs, "abort")
         assert sample.weight_versions == [(0, 0)] and sample.weight_version == 0
     assert engine.stats()["last_update_tokens_returned_partial"] == 2 * BEFORE
     (sample,) = run_to_completion(engine)["late"]

@@ -101,7 +101,7 @@ def test_min_tokens_bans_eos_and_stop_tokens_until_reached() -> None:
     assert sample.token_ids[-1] == EOS and len(sample.token_ids) == 6 and sample.finish_reason == "stop"
     for top in sample.top_logprobs[:5]:  # the processed distribution says EOS and 9 were impossible
         assert EOS not in top and 9 not in top
-    assert sample.logprobs[5] > -1e-3  # then EOS takes nearly all the mass
+    assert sample.token_logprobs[5] > -1e-3  # then EOS takes nearly all the mass
 
 
 def test_min_tokens_does_not_ban_eos_with_ignore_eos_but_still_bans_stop_tokens() -> None:

@@ -88,6 +88,6 @@ def test_every_valid_processor_setting_gives_valid_samples(llm, params: Sampling
             stops = set(params.stop_token_ids) | (set() if params.ignore_eos else {EOS})
             assert (sample.finish_reason == "stop") == (tokens[-1] in stops)
             if params.logprobs is not None:
-                assert len(sample.logprobs) == len(tokens) and all(
-                    math.isfinite(lp) for lp in sample.logprobs
+                assert len(sample.token_logprobs) == len(tokens) and all(
+                    math.isfinite(lp) for lp in sample.token_logprobs
                 )

@@ -83,7 +83,7 @@ def test_sampled_token_logprobs_equal_teacher_forced_forward(mode: str, filters:
                 expected = torch.log_softmax(logits, -1)
             else:
                 expected = processed(logits, prompt, sample.token_ids, params)
-            got = torch.tensor(sample.logprobs)
+            got = torch.tensor(sample.token_logprobs)
             want = expected.gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
             assert (got - want).abs().max().item() <= TOL
             for position, top in enumerate(sample.top_logprobs):
@@ -99,7 +99,7 @@ def test_greedy_processed_logprobs_are_the_unscaled_log_softmax() -> None:
     )[0].outputs[0]
     logits = teacher_forced_logits(reference, prompt, sample.token_ids)
     want = torch.log_softmax(logits, -1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
-    assert (torch.tensor(sample.logprobs) - want).abs().max().item() <= TOL
+    assert (torch.tensor(sample.token_logprobs) - want).abs().max().item() <= TOL
     assert sample.top_logprobs is None
 
 
@@ -129,7 +129,7 @@ def test_samples_of_long_prompts_attend_through_the_cascade_exactly() -> None:
         for sample in output.outputs:
             logits = teacher_forced_logits(reference, prompt, list(sample.token_ids))
             expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
-            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= TOL
+            assert (torch.tensor(sample.token_logprobs) - expected).abs().max().item() <= TOL
     assert any(plans)
 
 
@@ -143,7 +143,7 @@ def test_the_sampled_token_is_listed_in_top_logprobs_even_outside_the_top_k() ->
     rows = [
         (token, logprob, top)
         for s in samples
-        for token, logprob, top in zip(s.token_ids, s.logprobs, s.top_logprobs, strict=True)
+        for token, logprob, top in zip(s.token_ids, s.token_logprobs, s.top_logprobs, strict=True)
     ]
     assert all(top[token] == logprob for token, logprob, top in rows)
     assert {len(top) for _, _, top in rows} == {1, 2}  # at temperature 2 some draws miss the top 1

@@ -54,12 +54,12 @@ def assert_matches(sample, prompt: list[int], reference, mode: str) -> None:
     logits = teacher_forced_logits(reference, prompt, list(sample.token_ids))
     for t, token in enumerate(sample.token_ids):
         expected = expected_values(logits[t], t, mode)
-        assert sample.logprobs[t] == pytest.approx(expected[token].item(), abs=TOL)
+        assert sample.token_logprobs[t] == pytest.approx(expected[token].item(), abs=TOL)
         top = sample.top_logprobs[t]
         values, ids = expected.topk(3)
         for tok, value in zip(ids.tolist(), values.tolist(), strict=True):
             assert top[tok] == pytest.approx(value, abs=TOL), (mode, t, tok)
-    assert sample.cumulative_logprob == pytest.approx(sum(sample.logprobs), abs=1e-9)
+    assert sample.cumulative_logprob == pytest.approx(sum(sample.token_logprobs), abs=1e-9)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -82,8 +82,8 @@ def test_the_mode_changes_no_token_and_the_old_names_are_aliases(llm: LLM) -> No
     for alias, name in (("processed", "processed_logprobs"), ("raw", "raw_logprobs")):
         assert SamplingParams(logprobs_mode=alias).logprobs_mode == name
         again = llm.generate(prompts, SamplingParams(**SETTINGS, logprobs_mode=alias))
-        assert [[s.logprobs for s in o.outputs] for o in again] == [
-            [s.logprobs for s in o.outputs] for o in runs[name]
+        assert [[s.token_logprobs for s in o.outputs] for o in again] == [
+            [s.token_logprobs for s in o.outputs] for o in runs[name]
         ]
 
 
@@ -95,7 +95,7 @@ def test_each_row_of_a_mixed_batch_gets_its_own_mode(llm: LLM) -> None:
         (alone,) = llm.generate([prompt], p)  # the forward may round differently in another batch: 1e-5
         for mixed, single in zip(out.outputs, alone.outputs, strict=True):
             assert mixed.token_ids == single.token_ids and mixed.logprobs_mode == p.logprobs_mode
-            assert mixed.logprobs == pytest.approx(single.logprobs, abs=1e-5)
+            assert mixed.token_logprobs == pytest.approx(single.token_logprobs, abs=1e-5)
             for got, want in zip(mixed.top_logprobs, single.top_logprobs, strict=True):
                 assert list(got) == list(want) and list(got.values()) == pytest.approx(
                     list(want.values()), abs=1e-5
@@ -151,10 +151,8 @@ def test_ranks_are_vllms_in_the_distribution_the_mode_names(llm: LLM, mode: str)
                 expected = expected_values(logits[t], t, mode)
                 top3 = expected.topk(3).indices.tolist()
                 rank = top3.index(token) + 1 if token in top3 else int((expected >= expected[token]).sum())
-                assert sample.logprobs[t].rank == rank
+                assert sample.token_logprobs[t].rank == rank
                 assert [sample.top_logprobs[t][tok].rank for tok in top3] == [1, 2, 3]
-                vllm = sample.vllm_logprobs[
-                    t
-                ]  # vLLM's per-position dict: the sampled token first, then the top k
+                vllm = sample.logprobs[t]  # vLLM's per-position dict: the sampled token first, then the top k
                 assert list(vllm)[0] == token and set(vllm) == {token, *top3}
-                assert vllm[token].logprob == sample.logprobs[t] and vllm[token].rank == rank
+                assert vllm[token].logprob == sample.token_logprobs[t] and vllm[token].rank == rank

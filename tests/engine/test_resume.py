@@ -44,7 +44,9 @@ def test_abort_then_resume_with_unchanged_weights_equals_an_uninterrupted_run(pa
     (resumed,) = llm.resume_aborted([partial], params)
     for got, want in zip(resumed.outputs, whole.outputs, strict=True):
         assert (got.index, got.token_ids, got.finish_reason) == (want.index, want.token_ids, "length")
-        torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(got.token_logprobs), torch.tensor(want.token_logprobs), atol=1e-5, rtol=0
+        )
         torch.testing.assert_close(
             torch.tensor(got.kept_log_mass), torch.tensor(want.kept_log_mass), atol=1e-5, rtol=0
         )
@@ -64,7 +66,9 @@ def test_resume_after_an_update_continues_like_a_fresh_engine_and_keeps_the_old_
     single = SamplingParams(temperature=0, max_tokens=20 - 14, ignore_eos=True)
     fresh = tiny_llm(seed=1).generate([prompt + head], single)[0].outputs[0].token_ids
     for sample in resumed.outputs:
-        assert sample.token_ids == head + fresh and len(sample.logprobs) == len(sample.kept_log_mass) == 20
+        assert (
+            sample.token_ids == head + fresh and len(sample.token_logprobs) == len(sample.kept_log_mass) == 20
+        )
         assert sample.weight_versions == [(0, 0), (14, 1)] and sample.weight_version == 0
         assert sample.kv_versions == [(0, 0), (14, 1)]
     assert llm.stats()["num_prefix_hit_tokens"] == hits  # nothing cached under version 0 is reused

@@ -63,10 +63,10 @@ def test_every_valid_sampling_params_gives_finite_logprobs_valid_tokens_and_leng
                 tokens[-1] in params.stop_token_ids or (tokens[-1] == 2 and not params.ignore_eos)
             )
         if params.logprobs is None:
-            assert sample.logprobs is None
+            assert sample.token_logprobs is None
             continue
-        assert len(sample.logprobs) == len(tokens)
-        assert all(math.isfinite(x) and x <= 0 for x in sample.logprobs)
+        assert len(sample.token_logprobs) == len(tokens)
+        assert all(math.isfinite(x) and x <= 0 for x in sample.token_logprobs)
         k = params.logprobs
         assert (sample.top_logprobs is None) == (k == 0)
         for token, top in zip(tokens, sample.top_logprobs or [], strict=k > 0):
@@ -87,6 +87,6 @@ def test_a_vanishing_temperature_or_top_p_samples_the_greedy_tokens(llm, field: 
     params = SamplingParams(max_tokens=8, ignore_eos=True, seed=3, logprobs=0, **{field: value})
     got = llm.generate(PROMPTS, params)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in greedy]
-    assert all(math.isfinite(x) for o in got for x in o.outputs[0].logprobs)
+    assert all(math.isfinite(x) for o in got for x in o.outputs[0].token_logprobs)
     if field == "top_p":
-        assert all(x == 0.0 for o in got for x in o.outputs[0].logprobs)
+        assert all(x == 0.0 for o in got for x in o.outputs[0].token_logprobs)

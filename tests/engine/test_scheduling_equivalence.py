@@ -25,7 +25,7 @@ def logprob_table(samples: list[CompletionOutput]) -> torch.Tensor:
         [
             value
             for s in samples
-            for logprob, top in zip(s.logprobs, s.top_logprobs, strict=True)
+            for logprob, top in zip(s.token_logprobs, s.top_logprobs, strict=True)
             for value in (logprob, *(top[t] for t in sorted(top)))
         ]
     )

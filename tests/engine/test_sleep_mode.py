@@ -18,7 +18,7 @@ SEEDED = SamplingParams(n=3, max_tokens=12, temperature=1.0, top_p=0.9, seed=7, 
 
 def results(llm: LLM) -> list[tuple]:
     outs = llm.generate(PROMPTS, GREEDY) + llm.generate(PROMPTS, SEEDED)
-    return [(c.token_ids, c.logprobs, c.top_logprobs) for out in outs for c in out.outputs]
+    return [(c.token_ids, c.token_logprobs, c.top_logprobs) for out in outs for c in out.outputs]
 
 
 @pytest.mark.parametrize("level", [1, 2])

@@ -50,7 +50,7 @@ def test_a_stop_string_ends_the_sample_at_the_token_that_completes_it(stop: str)
             end = len(whole.token_ids) if hit is None else hit + 1
             assert sample.token_ids == whole.token_ids[:end]
             # the same draws; the forward pass of a smaller batch may differ in the last fp32 bit
-            assert sample.logprobs == pytest.approx(whole.logprobs[:end], abs=1e-5)
+            assert sample.token_logprobs == pytest.approx(whole.token_logprobs[:end], abs=1e-5)
             if hit is None:
                 assert (sample.finish_reason, sample.stop_reason, sample.text) == ("length", None, whole.text)
                 continue
@@ -94,7 +94,7 @@ def test_stop_reason_names_the_stop_token_and_is_none_for_eos() -> None:
 def test_cumulative_logprob_is_the_sum_of_the_returned_logprobs_and_none_without_them() -> None:
     llm = make_llm()
     for sample in sum(sampled(llm, stop=["a"]), []):
-        assert sample.cumulative_logprob == pytest.approx(sum(sample.logprobs), abs=1e-9)
+        assert sample.cumulative_logprob == pytest.approx(sum(sample.token_logprobs), abs=1e-9)
     assert all(s.cumulative_logprob is None for s in sum(sampled(llm, logprobs=None), []))
 
 

@@ -59,12 +59,12 @@ def check_sample(sample, params: SamplingParams) -> None:
     tokens = sample.token_ids
     assert 1 <= len(tokens) <= params.max_tokens and all(0 <= t < VOCAB for t in tokens)
     if params.logprobs is None:
-        assert sample.logprobs is None and sample.cumulative_logprob is None
+        assert sample.token_logprobs is None and sample.cumulative_logprob is None
     else:
-        assert len(sample.logprobs) == len(tokens) and all(
-            math.isfinite(x) and x <= 0 for x in sample.logprobs
+        assert len(sample.token_logprobs) == len(tokens) and all(
+            math.isfinite(x) and x <= 0 for x in sample.token_logprobs
         )
-        assert sample.cumulative_logprob == pytest.approx(sum(sample.logprobs), abs=1e-9)
+        assert sample.cumulative_logprob == pytest.approx(sum(sample.token_logprobs), abs=1e-9)
     skip = params.skip_special_tokens
     assert first_stop(concat(tokens[:-1], skip), params.stop) is None  # nothing matched before the last token
     token_stop = (tokens[-1] == EOS and not params.ignore_eos) or tokens[-1] in params.stop_token_ids

@@ -116,7 +116,9 @@ def test_without_the_clamp_served_logprobs_leave_the_full_forward(monkeypatch: p
     llm = hybrid_llm(family, self_check=False)
     prompts = random_prompts(3, 15, 30, seed=2)
     gap = max(
-        (torch.tensor(s.logprobs) - teacher_forced_logprobs(build(family), p, list(s.token_ids))).abs().max()
+        (torch.tensor(s.token_logprobs) - teacher_forced_logprobs(build(family), p, list(s.token_ids)))
+        .abs()
+        .max()
         for p, o in zip(prompts, llm.generate(prompts, SEEDED), strict=True)
         for s in o.outputs
     )

@@ -78,9 +78,9 @@ def test_the_engine_keeping_counts_samples_what_counting_afresh_each_step_sample
     afresh_out = tiny_llm().generate(prompts, params)
     for kept_request, afresh_request in zip(kept_out, afresh_out, strict=True):
         for got, want in zip(kept_request.outputs, afresh_request.outputs, strict=True):
-            assert (got.token_ids, got.logprobs, got.top_logprobs) == (
+            assert (got.token_ids, got.token_logprobs, got.top_logprobs) == (
                 want.token_ids,
-                want.logprobs,
+                want.token_logprobs,
                 want.top_logprobs,
             )
 

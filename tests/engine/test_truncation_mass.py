@@ -77,7 +77,7 @@ def test_kept_log_mass_reaches_the_completion_one_per_token() -> None:
     llm = tiny_llm()
     params = SamplingParams(n=2, max_tokens=6, temperature=5.0, top_k=5, seed=0, logprobs=0, ignore_eos=True)
     sample = llm.generate([[5, 6, 7]], params)[0].outputs[0]
-    assert len(sample.kept_log_mass) == len(sample.logprobs) == 6
+    assert len(sample.kept_log_mass) == len(sample.token_logprobs) == 6
     assert all(m < 0 for m in sample.kept_log_mass)
     no_cut = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, seed=0, logprobs=0, ignore_eos=True))
     assert no_cut[0].outputs[0].kept_log_mass == [0.0, 0.0, 0.0]

@@ -49,7 +49,7 @@ def test_supported_family_matches_transformers(family: Family) -> None:
     with torch.no_grad():
         logits = reference(torch.tensor([PROMPT + want])).logits[0, len(PROMPT) - 1 : -1].float()
     expected = logits.log_softmax(-1).gather(1, torch.tensor(want)[:, None])[:, 0]
-    assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= 1e-4
+    assert (torch.tensor(sample.token_logprobs) - expected).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("family", REFUSED, ids=_ids(REFUSED))
@@ -165,7 +165,7 @@ def test_llama4_samples_of_several_prompts_in_one_batch_match_their_own_forward(
             with torch.no_grad():
                 logits = reference(ids).logits[0, len(prompt) - 1 : -1].float()
             expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
-            assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= 1e-4
+            assert (torch.tensor(sample.token_logprobs) - expected).abs().max().item() <= 1e-4
 
 
 def test_chunked_layers_without_a_chunk_size_are_refused() -> None:

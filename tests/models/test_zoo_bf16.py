@@ -77,7 +77,7 @@ def test_near_tied_moe_in_bf16_loads_and_its_logprobs_match_transformers_bf16(mo
     sdpa = _teacher_forced(reference, ids, len(PROMPT), "sdpa")
     eager = _teacher_forced(reference, ids, len(PROMPT), "eager")
     spread = (sdpa - eager).abs().max().item()
-    got = torch.tensor(sample.logprobs)
+    got = torch.tensor(sample.token_logprobs)
     assert min((got - sdpa).abs().max().item(), (got - eager).abs().max().item()) <= max(spread, 0.05)
 
 
@@ -133,4 +133,4 @@ def test_supported_family_loads_in_bf16_and_its_logprobs_match_transformers_bf16
     with torch.no_grad():
         logits = build(family).to(BF16)(torch.tensor([ids])).logits[0, len(PROMPT) - 1 : -1].float()
     expected = logits.log_softmax(-1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
-    assert (torch.tensor(sample.logprobs) - expected).abs().max().item() <= 0.1
+    assert (torch.tensor(sample.token_logprobs) - expected).abs().max().item() <= 0.1

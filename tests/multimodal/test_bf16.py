@@ -25,7 +25,7 @@ def test_bf16_is_within_transformers_own_bf16_noise() -> None:
     for sample in llm.generate([prompt], params)[0].outputs:
         fp32 = torch.tensor(teacher_forced(reference, processor, TEXT, IMAGES, sample.token_ids))
         own = torch.tensor(teacher_forced(reference_bf16, processor, TEXT, IMAGES, sample.token_ids))
-        engine_gap = max(engine_gap, (torch.tensor(sample.logprobs) - fp32).abs().max().item())
+        engine_gap = max(engine_gap, (torch.tensor(sample.token_logprobs) - fp32).abs().max().item())
         own_gap = max(own_gap, (own - fp32).abs().max().item())
     assert own_gap > 0  # bf16 moves transformers' own forward: the bound is not zero
     print(f"bf16 gap to fp32: engine {engine_gap:.3g}, transformers {own_gap:.3g}")

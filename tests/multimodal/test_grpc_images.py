@@ -52,7 +52,7 @@ def test_images_over_grpc_equal_the_offline_engine(tmp_path: Path) -> None:
         assert out[0].prompt_token_ids == expected[0].prompt_token_ids
         for a, b in zip(out[0].outputs, expected[0].outputs, strict=True):
             assert a.token_ids == b.token_ids
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+            assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True)) < 1e-5
 
 
 def refusal(server, prompt: pb.Prompt) -> grpc.RpcError:

@@ -17,7 +17,7 @@ def make_llm() -> LLM:
 
 def generate(llm: LLM, image) -> list[tuple[list[int], list[float]]]:
     out = llm.generate([{"prompt": TEXT, "multi_modal_data": {"image": image}}], PARAMS)[0]
-    return [(s.token_ids, s.logprobs) for s in out.outputs]
+    return [(s.token_ids, s.token_logprobs) for s in out.outputs]
 
 
 def test_same_text_other_image_shares_only_the_text_blocks() -> None:

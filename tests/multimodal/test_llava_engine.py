@@ -65,7 +65,7 @@ def test_sampled_logprobs_equal_a_teacher_forced_forward_with_chunks_through_ima
     for (text, images), out in zip(cases, outs, strict=True):
         for sample in out.outputs:
             want = teacher_forced(reference, processor, text, images, sample.token_ids)
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, want, strict=True)) < 1e-4
+            assert max(abs(a - b) for a, b in zip(sample.token_logprobs, want, strict=True)) < 1e-4
 
 
 def test_greedy_tokens_equal_transformers_generate() -> None:
@@ -98,10 +98,10 @@ def test_preemption_recomputes_image_prompts_exactly() -> None:
     assert tight.stats()["num_preemptions"] > 0
     for a, b in zip(got.outputs, want.outputs, strict=True):
         assert a.token_ids == b.token_ids
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+        assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True)) < 1e-5
     sample = got.outputs[0]
     expected = teacher_forced(reference, llava_processor(), text, [image], sample.token_ids)
-    assert max(abs(a - b) for a, b in zip(sample.logprobs, expected, strict=True)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(sample.token_logprobs, expected, strict=True)) < 1e-4
 
 
 def test_token_id_prompts_take_one_placeholder_per_image() -> None:

@@ -40,4 +40,4 @@ def test_sampled_logprobs_equal_a_teacher_forced_forward() -> None:
     for (text, images), out in zip(CASES, llm.generate(prompts(), params), strict=True):
         for sample in out.outputs:
             want = teacher_forced(reference, processor, text, images, sample.token_ids)
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, want, strict=True)) < 1e-4
+            assert max(abs(a - b) for a, b in zip(sample.token_logprobs, want, strict=True)) < 1e-4

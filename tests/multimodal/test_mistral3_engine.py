@@ -38,4 +38,4 @@ def test_prompt_ids_greedy_tokens_and_logprobs_equal_transformers() -> None:
     for (text, images), out in zip(CASES, llm.generate(prompts, params), strict=True):
         for sample in out.outputs:
             want = teacher_forced(reference, PixtralOracle(), text, images, sample.token_ids)
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, want, strict=True)) < 1e-4
+            assert max(abs(a - b) for a, b in zip(sample.token_logprobs, want, strict=True)) < 1e-4

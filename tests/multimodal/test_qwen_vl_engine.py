@@ -60,7 +60,7 @@ def test_sampled_logprobs_equal_the_models_own(family: str) -> None:
     for (text, images), out in zip(CASES, llm.generate(prompts(), params), strict=True):
         for sample in out.outputs:
             want = decode_path_logprobs(reference, text, images, sample.token_ids)
-            assert max(abs(a - b) for a, b in zip(sample.logprobs, want, strict=True)) < 1e-4
+            assert max(abs(a - b) for a, b in zip(sample.token_logprobs, want, strict=True)) < 1e-4
 
 
 def test_a_second_turn_continues_the_positions() -> None:

@@ -28,7 +28,7 @@ def new_weights(model) -> dict[str, torch.Tensor]:
 
 
 def samples(llm: LLM) -> list[tuple[list[int], list[float]]]:
-    return [(s.token_ids, s.logprobs) for s in llm.generate([PROMPT], PARAMS)[0].outputs]
+    return [(s.token_ids, s.token_logprobs) for s in llm.generate([PROMPT], PARAMS)[0].outputs]
 
 
 def test_an_update_of_the_tower_serves_like_a_fresh_engine() -> None:

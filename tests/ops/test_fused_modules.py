@@ -166,7 +166,9 @@ def test_a_fused_engine_samples_what_an_unfused_one_does(arch: str, monkeypatch)
     for got, want in zip(fused.generate(prompts, params), plain.generate(prompts, params), strict=True):
         for a, b in zip(got.outputs, want.outputs, strict=True):
             assert a.token_ids == b.token_ids
-            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                torch.tensor(a.token_logprobs), torch.tensor(b.token_logprobs), rtol=0, atol=1e-5
+            )
 
 
 def test_the_backend_cache_writer_takes_index_copy_where_the_kernel_does_not_serve() -> None:

@@ -51,6 +51,6 @@ def test_replay_on_the_trainers_logits_equals_the_servers_processed_logprobs(nam
             prompt, completion = list(output.prompt_token_ids), list(sample.token_ids)
             logits = trainer_logits(trainer_model, prompt, completion)
             got = replay.logprobs(logits, prompt, completion, params)
-            worst = max(worst, (got - torch.tensor(sample.logprobs)).abs().max().item())
+            worst = max(worst, (got - torch.tensor(sample.token_logprobs)).abs().max().item())
             count += len(completion)
     assert count > 20 and worst <= 1e-5, (name, worst)

@@ -47,8 +47,8 @@ def test_n_samples_with_logprobs_from_rollout_serve_equal_the_offline_engines(
     for got, want in zip(remote, local, strict=True):
         assert [s.token_ids for s in got.outputs] == [s.token_ids for s in want.outputs]
         for a, b in zip(got.outputs, want.outputs, strict=True):
-            assert len(a.logprobs) == len(a.top_logprobs) == SAMPLED.max_tokens
-            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+            assert len(a.token_logprobs) == len(a.top_logprobs) == SAMPLED.max_tokens
+            assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
 
 
 def test_a_repeated_prompt_resumes_from_a_state_snapshot_and_samples_the_same(

@@ -37,7 +37,7 @@ def test_keep_and_recompute_commit_mid_flight_and_the_samples_carry_both_version
     still_running, samples, stats = update_mid_flight(in_flight)
     assert still_running
     for sample in samples:
-        assert sample.finish_reason == "length" and len(sample.token_ids) == len(sample.logprobs) == 150
+        assert sample.finish_reason == "length" and len(sample.token_ids) == len(sample.token_logprobs) == 150
         (_, old), (switch, new) = sample.weight_versions
         assert (old, new) == (0, 1) and 0 < switch < 150
         expected_kv = [(0, 0)] if in_flight == "keep" else [(0, 0), (switch, 1)]
@@ -53,7 +53,9 @@ def test_keep_and_recompute_commit_mid_flight_and_the_samples_carry_both_version
 def test_abort_returns_the_partial_samples_as_soon_as_the_update_commits() -> None:
     _, samples, stats = update_mid_flight("abort")
     for sample in samples:
-        assert sample.finish_reason == "abort" and 0 < len(sample.token_ids) == len(sample.logprobs) < 150
+        assert (
+            sample.finish_reason == "abort" and 0 < len(sample.token_ids) == len(sample.token_logprobs) < 150
+        )
         assert sample.weight_versions == sample.kv_versions == [(0, 0)]
     assert stats["in_flight_tokens_returned_partial"] == sum(len(s.token_ids) for s in samples)
 
@@ -88,7 +90,7 @@ def test_abort_then_resume_over_grpc_equals_an_uninterrupted_run() -> None:
     for got, want in zip(resumed, whole, strict=True):
         for a, b in zip(got.outputs, want.outputs, strict=True):
             assert (a.index, a.token_ids, a.finish_reason) == (b.index, b.token_ids, "length")
-            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+            assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
             assert [set(t) for t in a.top_logprobs] == [set(t) for t in b.top_logprobs]
             assert a.weight_versions == [(0, 0), (len(partial_tokens(partial, got, a)), 1)]
 

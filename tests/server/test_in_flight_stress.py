@@ -28,7 +28,7 @@ def check_sample_accounting(out: RequestOutput, params: SamplingParams, last_ver
     assert sorted(s.index for s in out.outputs) == list(range(params.n))
     for sample in out.outputs:
         num = len(sample.token_ids)
-        assert len(sample.logprobs) == num
+        assert len(sample.token_logprobs) == num
         if sample.finish_reason == "length":
             assert num == params.max_tokens
         else:

@@ -30,12 +30,14 @@ def test_the_server_default_and_a_request_mode_reach_the_samples(request_mode: s
         assert g.logprobs_mode == mode and g.prompt_logprobs == pytest.approx(e.prompt_logprobs, abs=1e-5)
         for gs, es in zip(g.outputs, e.outputs, strict=True):
             assert gs.logprobs_mode == es.logprobs_mode == mode and gs.token_ids == es.token_ids
-            assert gs.logprobs == pytest.approx(es.logprobs, abs=1e-5)
-            assert [v.rank for v in gs.logprobs] == [v.rank for v in es.logprobs]  # vLLM's ranks travel too
+            assert gs.token_logprobs == pytest.approx(es.token_logprobs, abs=1e-5)
+            assert [v.rank for v in gs.token_logprobs] == [
+                v.rank for v in es.token_logprobs
+            ]  # vLLM's ranks travel too
             assert [{t: v.rank for t, v in top.items()} for top in gs.top_logprobs] == [
                 {t: v.rank for t, v in top.items()} for top in es.top_logprobs
             ]
-            assert gs.vllm_logprobs[0][gs.token_ids[0]].rank == es.logprobs[0].rank
+            assert gs.logprobs[0][gs.token_ids[0]].rank == es.token_logprobs[0].rank
         assert [{t: v.rank for t, v in entry.items()} for entry in g.prompt_logprobs[1:]] == [
             {t: v.rank for t, v in entry.items()} for entry in e.prompt_logprobs[1:]
         ]
@@ -46,7 +48,7 @@ def test_ranks_round_trip_and_a_server_without_them_reads_as_rank_none() -> None
     tops = [{5: Logprob(-0.5, 1)}, {6: Logprob(-0.25, 1), 7: Logprob(-2.0, 9)}]
     sample = CompletionOutput(0, [5, 7], values, tops, "length", 0, logprobs_mode="raw_logits")
     back = convert.sample_from_proto(convert.sample_to_proto(sample), True, True)
-    assert [(v, v.rank) for v in back.logprobs] == [
+    assert [(v, v.rank) for v in back.token_logprobs] == [
         (-0.5, 1),
         (-2.0, 9),
     ] and back.logprobs_mode == "raw_logits"
@@ -60,5 +62,5 @@ def test_ranks_round_trip_and_a_server_without_them_reads_as_rank_none() -> None
             item.ClearField("rank")
     old.ClearField("logprobs_mode")
     legacy = convert.sample_from_proto(old, True, True)
-    assert [v.rank for v in legacy.logprobs] == [None, None] and legacy.logprobs == [-0.5, -2.0]
+    assert [v.rank for v in legacy.token_logprobs] == [None, None] and legacy.token_logprobs == [-0.5, -2.0]
     assert legacy.top_logprobs[1][7].rank is None and legacy.logprobs_mode is None

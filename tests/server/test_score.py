@@ -57,8 +57,8 @@ def test_processors_and_prompt_logprobs_over_grpc_equal_offline_streamed_and_bat
         )
     for got, want in zip(streamed, expected, strict=True):
         assert got.prompt_logprobs == want.prompt_logprobs
-        assert [(s.token_ids, s.logprobs) for s in got.outputs] == [
-            (s.token_ids, s.logprobs) for s in want.outputs
+        assert [(s.token_ids, s.token_logprobs) for s in got.outputs] == [
+            (s.token_ids, s.token_logprobs) for s in want.outputs
         ]
     assert [prompt_logprobs_from_proto(r.prompt_logprobs, True) for r in batch.results] == [
         e.prompt_logprobs for e in expected

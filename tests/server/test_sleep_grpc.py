@@ -22,7 +22,7 @@ SEEDED = SamplingParams(n=2, max_tokens=10, temperature=1.0, seed=3, logprobs=1)
 
 def samples(llm_or_client) -> list[tuple]:
     outs = llm_or_client.generate(PROMPTS, SEEDED)
-    return [(c.token_ids, c.logprobs) for out in outs for c in out.outputs]
+    return [(c.token_ids, c.token_logprobs) for out in outs for c in out.outputs]
 
 
 def code_of(call) -> grpc.StatusCode:

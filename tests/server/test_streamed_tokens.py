@@ -26,7 +26,7 @@ def test_a_streamed_sample_gets_every_token_but_its_last_before_the_sample_itsel
         assert not after
         assert [t.position for t in before] == list(range(len(sample.token_ids) - 1))
         assert [t.token_id for t in before] == sample.token_ids[:-1]
-        assert [t.logprob for t in before] == sample.logprobs[:-1]
+        assert [t.logprob for t in before] == sample.token_logprobs[:-1]
         assert [t.top_logprobs for t in before] == sample.top_logprobs[:-1]
 
 

@@ -134,7 +134,7 @@ def test_processed_logprobs_are_the_softmax_renormalized_over_every_mask() -> No
         got = torch.tensor([tops.get(v, float("-inf")) for v in range(vocab)])
         assert torch.equal(got.isfinite(), expected[t].isfinite()), t
         torch.testing.assert_close(got, expected[t], rtol=0, atol=1e-4)
-        assert math.isclose(sample.logprobs[t], expected[t][sample.token_ids[t]].item(), abs_tol=1e-4)
+        assert math.isclose(sample.token_logprobs[t], expected[t][sample.token_ids[t]].item(), abs_tol=1e-4)
 
 
 def test_an_empty_intersection_ends_that_sample_with_abort_and_the_other_completes() -> None:
@@ -149,7 +149,7 @@ def test_an_empty_intersection_ends_that_sample_with_abort_and_the_other_complet
     out = llm.generate(["abc", "abc"], [stuck, other])
     aborted, completed = out[0].outputs[0], out[1].outputs[0]
     assert aborted.finish_reason == "abort" and aborted.text == "ab" and aborted.stop_reason is None
-    assert all(math.isfinite(lp) for lp in aborted.logprobs)
+    assert all(math.isfinite(lp) for lp in aborted.token_logprobs)
     assert completed.finish_reason == "stop" and re.fullmatch("[a-c]{5,}", completed.text)
     stats = llm.engine.stats()
     assert stats["num_blocks_free"] == stats["num_blocks_total"]
@@ -180,7 +180,7 @@ def test_a_token_the_grammar_allows_and_the_bans_forbid_is_never_drawn_from_noth
             structured_outputs=spec,
         )
         samples = llm.generate(["abc"], params)[0].outputs
-        assert [(s.finish_reason, s.token_ids, s.logprobs) for s in samples] == [("abort", [], [])] * 2
+        assert [(s.finish_reason, s.token_ids, s.token_logprobs) for s in samples] == [("abort", [], [])] * 2
 
 
 def test_the_abort_is_logged_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:

@@ -146,8 +146,8 @@ def test_other_rows_of_the_batch_are_unchanged_bit_for_bit() -> None:
     mixed_params = [plain, _params(spec, 1.0), plain]
     mixed = llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[2]], mixed_params)
     for a, m in zip([alone[0], alone[2]], [mixed[0], mixed[2]], strict=True):
-        assert [(s.token_ids, s.logprobs, s.top_logprobs) for s in a.outputs] == [
-            (s.token_ids, s.logprobs, s.top_logprobs) for s in m.outputs
+        assert [(s.token_ids, s.token_logprobs, s.top_logprobs) for s in a.outputs] == [
+            (s.token_ids, s.token_logprobs, s.top_logprobs) for s in m.outputs
         ]
     assert all(follows_schema(s.text) for s in mixed[1].outputs)
 
@@ -182,7 +182,7 @@ def test_a_grammar_the_vocabulary_cannot_continue_ends_that_sample_only() -> Non
     out = llm.generate(["abc", "abc"], [stuck, plain])
     sample = out[0].outputs[0]
     assert sample.finish_reason == "abort" and sample.text == "ab"
-    assert all(math.isfinite(x) for x in sample.logprobs)
+    assert all(math.isfinite(x) for x in sample.token_logprobs)
     assert len(out[1].outputs[0].token_ids) == 4
     stats = llm.engine.stats()
     assert stats["num_blocks_free"] == stats["num_blocks_total"]

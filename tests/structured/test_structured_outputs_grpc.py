@@ -51,7 +51,7 @@ def test_a_structural_tag_is_followed_through_the_server() -> None:
 
 
 def _comparable(outputs: list) -> list:
-    return [[(s.token_ids, s.logprobs, s.text, s.finish_reason) for s in o.outputs] for o in outputs]
+    return [[(s.token_ids, s.token_logprobs, s.text, s.finish_reason) for s in o.outputs] for o in outputs]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
@@ -141,7 +141,7 @@ def test_a_grammar_with_bans_gives_the_offline_samples_and_an_empty_step_comes_b
         [(s.token_ids, s.text, s.finish_reason) for s in o.outputs] for o in offline
     ]
     for got, want in zip(served[0].outputs, offline[0].outputs, strict=True):
-        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+        assert got.token_logprobs == pytest.approx(want.token_logprobs, abs=1e-5)
     texts = [s.text for s in served[0].outputs]
     assert all(re.fullmatch("[abcd]{4,6}", t) and "ab" not in t for t in texts), texts
     assert [(s.finish_reason, s.text) for s in served[1].outputs] == [("abort", "ab")]

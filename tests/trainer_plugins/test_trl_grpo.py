@@ -128,7 +128,7 @@ class PushRecorder:
                 self.greedy_mismatches.append((list(g.outputs[0].token_ids), expected))
             for sample in s.outputs:
                 ours = trainer_logprobs(self.trainer, ids, list(sample.token_ids))
-                self.logprob_diffs += (ours - torch.tensor(sample.logprobs)).abs().tolist()
+                self.logprob_diffs += (ours - torch.tensor(sample.token_logprobs)).abs().tolist()
 
 
 @pytest.mark.slow

@@ -42,7 +42,7 @@ def merged_state(model: PeftModel) -> dict[str, torch.Tensor]:
 
 def outputs(llm_or_client) -> tuple[list[list[int]], list[list[float]]]:
     outs = llm_or_client.generate(PROMPTS, GREEDY_LOGPROBS)
-    return [o.outputs[0].token_ids for o in outs], [o.outputs[0].logprobs for o in outs]
+    return [o.outputs[0].token_ids for o in outs], [o.outputs[0].token_logprobs for o in outs]
 
 
 def merged_reference(

@@ -56,7 +56,7 @@ def probe_params() -> SamplingParams:
 
 def probe_samples(prompts: ProbePrompts, outputs: list[list[CompletionOutput]]) -> list[ProbeSample]:
     return [
-        ProbeSample(list(ids), list(sample.token_ids), list(sample.logprobs), inputs)
+        ProbeSample(list(ids), list(sample.token_ids), list(sample.token_logprobs), inputs)
         for ids, inputs, samples in zip(prompts.prompt_ids, prompts.model_inputs, outputs, strict=True)
         for sample in samples
         if sample.token_ids

@@ -28,13 +28,13 @@ class RolloutBatch:
         outputs: list[RequestOutput],
         n: int,
         accepted_versions: set[int] | None,
-        logprobs_of: Callable[[CompletionOutput], list[float]] = lambda sample: list(sample.logprobs),
+        logprobs_of: Callable[[CompletionOutput], list[float]] = lambda sample: list(sample.token_logprobs),
     ) -> RolloutBatch:
         if any(len(output.outputs) != n for output in outputs):
             raise RuntimeError(f"the rollout server returned a prompt with other than n={n} samples")
         samples = [sample for output in outputs for sample in output.outputs]
         for sample in samples:
-            if sample.logprobs is None or len(sample.logprobs) != len(sample.token_ids):
+            if sample.token_logprobs is None or len(sample.token_logprobs) != len(sample.token_ids):
                 raise RuntimeError("the rollout server returned a sample without one logprob per token")
         versions = [sample.weight_version for sample in samples]
         return cls(

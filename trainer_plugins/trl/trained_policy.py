@@ -85,7 +85,7 @@ class TrainedPolicy:
     def sampling_logprobs(self, sample: CompletionOutput) -> list[float]:
         """Per token, the logprob TRL's correction compares its own with."""
         if self.processed:
-            return list(sample.logprobs)
+            return list(sample.token_logprobs)
         return self.truncation.sampling_logprobs(sample)
 
 

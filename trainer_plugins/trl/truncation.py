@@ -46,11 +46,11 @@ class TruncationCorrection:
     def sampling_logprobs(self, sample: CompletionOutput) -> list[float]:
         """Per token, the logprob TRL's correction compares its own recomputation with."""
         if not self.untruncated:
-            return list(sample.logprobs)
+            return list(sample.token_logprobs)
         if sample.kept_log_mass is None:
             self._warn_missing()
-            return list(sample.logprobs)
-        return [lp + mass for lp, mass in zip(sample.logprobs, sample.kept_log_mass, strict=True)]
+            return list(sample.token_logprobs)
+        return [lp + mass for lp, mass in zip(sample.token_logprobs, sample.kept_log_mass, strict=True)]
 
     def _warn_missing(self) -> None:
         if self.truncates and self.corrected and not self.warned_missing:

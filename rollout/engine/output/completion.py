@@ -18,7 +18,7 @@ def completion_output(request: Request, seq: Sequence, detokenize: bool, tokeniz
     completion = CompletionOutput(
         index=seq.sample_index,
         token_ids=seq.output_token_ids,
-        logprobs=list(seq.logprobs) if want else None,
+        token_logprobs=list(seq.logprobs) if want else None,
         top_logprobs=list(seq.top_logprobs) if want and request.params.logprobs else None,
         finish_reason=seq.finish_reason or "abort",
         weight_version=oldest_version(seq.weight_versions, default=request.weight_version),

@@ -62,7 +62,7 @@ def reply_text(sample: CompletionOutput, opts: ReplyOptions) -> str:
 
 
 def _sample_logprobs(write: Any, sample: CompletionOutput, opts: ReplyOptions) -> Any:
-    return write(sample.token_ids, sample.logprobs or [], sample.top_logprobs, opts)
+    return write(sample.token_ids, sample.token_logprobs or [], sample.top_logprobs, opts)
 
 
 def usage(prompt_lens: list[int], completion: int, cached_tokens: int = 0) -> dict[str, Any]:

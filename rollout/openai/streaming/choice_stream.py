@@ -86,7 +86,9 @@ class ChoiceStream:
             )
         rest = slice(streamed, None)
         tops = sample.top_logprobs[rest] if sample.top_logprobs else None
-        chunk = self._chunk(text[len(sent) :], sample.token_ids[rest], (sample.logprobs or [])[rest], tops)
+        chunk = self._chunk(
+            text[len(sent) :], sample.token_ids[rest], (sample.token_logprobs or [])[rest], tops
+        )
         if calls:
             chunk["delta"]["tool_calls"] = [call | {"index": i} for i, call in enumerate(calls)]
         return chunk | {"finish_reason": finish} | extensions(sample, self.opts)
