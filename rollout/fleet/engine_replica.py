@@ -43,9 +43,9 @@ class EngineReplica:
         self.server, self.openai_server = _start_servers(spec)
         self.loop = self.server.loop
         self.stage = WeightStage(self.loop)
-        self.group_member = GroupMember(self.loop, self.stage, spec.ledger)
         self.http = httpx.AsyncClient(base_url=self.openai_server.base_url, timeout=None)
         self.replica_id = serve.get_replica_context().replica_id
+        self.group_member = GroupMember(self.loop, self.stage, spec.ledger, self.replica_id.unique_id)
         if spec.ledger is not None:
             _catch_up(self.loop, spec.ledger)
 

@@ -43,8 +43,9 @@ class GroupUpdate:
 
 
 class GroupMember:
-    def __init__(self, loop: Any, stage: WeightStage, ledger: str | None) -> None:
+    def __init__(self, loop: Any, stage: WeightStage, ledger: str | None, name: str = "") -> None:
         self.loop = loop  # rollout.server.engine_loop.EngineLoop
+        self.name = name  # the replica's id: a refusal names it (the trainer reads it from the store)
         self.stage = stage
         self.ledger = ledger
         self.group: WeightGroup | None = None
@@ -99,7 +100,7 @@ class GroupMember:
         try:
             self.loop.call(check)
         except (WeightUpdateError, BaseMismatchError, ValueError) as err:
-            return f"{type(err).__name__}: {err}"
+            return f"replica {self.name}: {type(err).__name__}: {err}"
         return None
 
     def _keep(self, tensors: dict[str, torch.Tensor]) -> Any:

@@ -217,7 +217,7 @@ class ServeFleet:
     def _group_push(
         self, named: list[Any], version: int | None, in_flight: str, lora: Any, kwargs: dict[str, Any]
     ) -> int:
-        push_keys = {"bucket_bytes", "timeout_s"}
+        push_keys = {"bucket_bytes"}  # the rest set the group up (timeout_s: the group's, as a client's)
         group = self._fleet_group()
         init = {k: v for k, v in kwargs.items() if k not in push_keys}
         if init and group.group is None:  # a group kept (or its options, to set it up again) wins

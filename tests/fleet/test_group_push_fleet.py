@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import torch
 
@@ -21,10 +22,12 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 
 from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
 from rollout.client import RolloutClient  # noqa: E402
+from rollout.client.weight_push import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
-from rollout.protocol.generated import weights_pb2  # noqa: E402
+from rollout.protocol.generated import weights_pb2, weights_pb2_grpc  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
+from tests.fleet.group_front_builders import stand_in_front  # noqa: E402
 from tests.fleet.serve_fleet_builders import fleet_serve_args, save_chat_model  # noqa: E402
 from tests.weights.lora_builders import set_adapter  # noqa: E402
 
@@ -111,6 +114,34 @@ def test_a_wrong_shape_changes_no_replica_and_the_group_stays(fleet: ServeFleet)
     assert fleet._group.group is group
 
 
+def test_a_client_gives_the_fronts_one_address_a_rank_per_replica_and_a_refusal_changes_none(
+    fleet: ServeFleet, model_dir: Path
+) -> None:
+    """A RolloutClient pushes to one address (a stand-in front over group_fanout.py): it gives that
+    address a rank per replica, every replica answers the handshake, and the fleet commits all or none."""
+    fleet.close_weight_group()  # one rank 0 at a time: the client's group replaces this process's
+    with stand_in_front(fleet) as front, RolloutClient([front]) as client:
+        assert client.server_info(front).weight_group_ranks == 2
+        new = _perturbed(12)
+        version = client.update_weights(new, "distributed", timeout_s=120)
+        assert client.weight_pusher._group.ranks == {front: range(1, 3)}
+        assert _versions(fleet) == [version, version]
+        want = _offline_greedy(new, model_dir)
+        assert _fleet_greedy(fleet) == want
+        bad = dict(_perturbed(13).state_dict())
+        bad["model.norm.weight"] = torch.ones(3)
+        with pytest.raises(WeightSyncError) as refused:
+            client.update_weights(bad, "distributed", timeout_s=120)
+        why = refused.value.failures[front]
+        assert "model.norm.weight" in why and re.search(r"replica \w+: WeightUpdateError", why)
+        assert _versions(fleet) == [version, version] and _fleet_greedy(fleet) == want
+        with grpc.insecure_channel(front) as channel:
+            weights_pb2_grpc.WeightSyncServiceStub(channel).CloseWeightGroup(
+                weights_pb2.CloseWeightGroupRequest()
+            )
+        client.weight_pusher.close_group()
+
+
 def test_an_adapter_one_replica_refuses_for_its_base_changes_neither_and_names_it(
     fleet: ServeFleet, model_dir: Path
 ) -> None:
@@ -133,7 +164,9 @@ def test_an_adapter_one_replica_refuses_for_its_base_changes_neither_and_names_i
         fleet.update_weights(set_adapter(policy, 7), transport="distributed")
     named = re.findall(r"replica (\w+): ", str(refused.value))
     assert (
-        len(named) == 1 and "BaseMismatchError" in str(refused.value) and "called" not in str(refused.value)
+        len(set(named)) == 1
+        and "BaseMismatchError" in str(refused.value)
+        and "called" not in str(refused.value)
     )
     assert _versions(fleet) == [version, version] and _fleet_greedy(fleet) == before
     fleet.update_weights(
@@ -152,6 +185,8 @@ def test_a_replacement_replica_comes_up_on_the_group_pushed_weights_and_joins_th
     want = _fleet_greedy(fleet)
     version = _versions(fleet)[0]
     assert want[0] == want[1]
+    ledger = ray.get(fleet._ledger.latest.remote())  # the base pushed over the group, then the adapter
+    assert [v for v, _ in ledger] == [version - 1, version] and all(p.ref is not None for _, p in ledger)
     victim = fleet.replicas()[0]
     fleet.kill_replica(victim)
     described = fleet.wait_for_replicas()
