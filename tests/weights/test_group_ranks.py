@@ -84,3 +84,16 @@ def test_a_multi_rank_address_gets_a_rank_per_member_and_one_refusing_rank_calls
         assert client.update_weights(tiny_model(seed=2), "distributed", version=3, timeout_s=60) == 3
         assert client.weight_pusher._group.group is group  # the refusal left the group standing
         assert _front_digests(client, front) == [_expected_digest(tiny_model(seed=2))] * 2
+
+
+def test_a_server_refuses_more_than_one_rank_naming_num_ranks() -> None:
+    from rollout.protocol.generated import weights_pb2
+    from rollout.protocol.weights_wire import group_spec_from_proto
+
+    request = weights_pb2.InitWeightGroupRequest(
+        master_addr="127.0.0.1", master_port=1234, world_size=4, rank=1, num_ranks=2
+    )
+    with pytest.raises(ValueError, match="num_ranks"):
+        group_spec_from_proto(request, 60.0)
+    request.num_ranks = 1
+    assert group_spec_from_proto(request, 60.0).rank == 1
