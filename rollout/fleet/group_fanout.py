@@ -13,7 +13,8 @@ What the front provides (the handlers in rollout/fleet/grpc_front.py call these 
 actor handle: `ray.get_actor(f"{app_name}-ledger", namespace=weight_ledger.NAMESPACE)`), optionally
 `front.boot_id` (the boot id its GetServerInfo reports; named in the response's base); its
 GetServerInfo answers `weight_group_ranks=len(front.replicas())`. The Ray Serve calls block, so
-they run in a worker thread, never on the front's event loop.
+they run in a worker thread, never on the front's event loop. The members' rank order is kept per
+front in a WeakKeyDictionary (the front must be hashable and weak-referenceable, as a plain object is).
 """
 
 from __future__ import annotations
