@@ -59,7 +59,10 @@ RULES: dict[str, tuple[str, ...]] = {
         "trainer_plugins",
     ),
 }
-EXEMPT = {"rollout.client.weight_push": ("torch",)}  # pushes tensors; imported lazily by the client
+EXEMPT = {  # push tensors; imported lazily by the client (weight_push imports group_pusher)
+    "rollout.client.weight_push": ("torch",),
+    "rollout.client.group_pusher": ("torch",),
+}
 SERVER_IMPORTERS = (
     "rollout.server",
     "rollout.commands",

@@ -9,7 +9,6 @@ by address in `WeightSyncError`.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,19 +20,18 @@ from torch import nn
 
 from rollout.client.base_pins import BasePins
 from rollout.client.boot_ids import BootIds
+from rollout.client.group_pusher import GroupPusher
 from rollout.client.weight_sync_error import WeightSyncError, describe, future_failures
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
 from rollout.protocol.shared_wire import this_host, views_to_proto
 from rollout.protocol.weights_wire import (
     DEFAULT_GROUP_TIMEOUT_S,
-    backend_to_proto,
     base_to_proto,
     commit_options,
     manifest_to_proto,
 )
-from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, pack, plan_buckets
+from rollout.weights.buckets import DEFAULT_BUCKET_BYTES
 from rollout.weights.disk import save_checkpoint
-from rollout.weights.group import READY_OK, GroupSpec, WeightGroup, host_store
 from rollout.weights.lora import LoraTargets
 from rollout.weights.lora_export import update_source
 from rollout.weights.manifest import Manifest, NamedTensors, unique_named_tensors
@@ -66,7 +64,7 @@ class WeightPusher:
             address: weights_pb2_grpc.WeightSyncServiceStub(ch) for address, ch in channels.items()
         }
         self._metadata = tuple(metadata or ())
-        self._group: WeightGroup | None = None
+        self._group = GroupPusher(channels, self._stubs, self._metadata)
         self.bases = BasePins(channels, self._metadata, boot_ids)
 
     @property
@@ -208,7 +206,7 @@ class WeightPusher:
 
         return self._on_every_server(push_one)
 
-    # ---- torch.distributed ----------------------------------------------------------------------
+    # ---- torch.distributed (group_pusher.py) ----------------------------------------------------
 
     def init_group(
         self,
@@ -221,24 +219,9 @@ class WeightPusher:
         """Creates the broadcast group: this process is rank 0 and hosts the store at master_addr.
 
         `master_addr` must be this machine's address as the servers reach it; port 0 picks a free one.
-        Servers get ranks 1..N in address order.
+        Servers get ranks 1..N in address order (a fleet's front: one per replica, consecutive).
         """
-        self.close_group()
-        world_size = len(self._stubs) + 1
-        store = host_store(master_addr, master_port, world_size, timeout_s)
-        spec = GroupSpec(master_addr, store.port, world_size, 0, backend, timeout_s)
-        futures = {
-            address: self._init_future(address, spec, rank) for rank, address in enumerate(self.addresses, 1)
-        }
-        try:
-            group = WeightGroup(spec, store, device)
-        except Exception as err:
-            raise WeightSyncError(future_failures(futures) or dict.fromkeys(futures, str(err))) from err
-        failures = future_failures(futures, wait=True)
-        if failures:
-            group.close()
-            raise WeightSyncError(failures)
-        self._group = group
+        self._group.init(master_addr, master_port, backend, timeout_s, device)
 
     def push_distributed(
         self,
@@ -248,76 +231,11 @@ class WeightPusher:
         **group_kwargs: Any,
     ) -> int:
         """Broadcasts the tensors in packed buckets; sets up the group first if there is none."""
-        if self._group is None:
-            self.init_group(**group_kwargs)
-        group = self._group
-        manifest = Manifest.of(named)
-        update_id = uuid.uuid4().hex
-        wire_manifest = manifest_to_proto(manifest)
-        futures = {
-            a: self._stubs[a].UpdateWeightsFromGroup.future(
-                weights_pb2.UpdateWeightsFromGroupRequest(
-                    manifest=wire_manifest, options=options[a], update_id=update_id, bucket_bytes=bucket_bytes
-                ),
-                metadata=self._metadata,
-            )
-            for a in self._stubs
-        }
-        refusals, lost = self._await_ready(group, update_id, futures)
-        group.announce(update_id, go=not (refusals or lost))
-        if lost:
-            self.close_group()  # a server left the group (restarted, died): the next push sets up a new one
-        if refusals or lost:
-            raise WeightSyncError({**refusals, **lost})
-        try:
-            tensors = [tensor for _, tensor in named]
-            for bucket in plan_buckets(manifest, bucket_bytes):
-                group.broadcast(pack(bucket, tensors, group.device))
-        except Exception as err:
-            self.close_group()  # a collective that failed midway leaves the group unusable
-            raise WeightSyncError(future_failures(futures) or dict.fromkeys(futures, str(err))) from err
-        return self._settle(futures)
+        return self._group.push(named, options, self._settle, bucket_bytes, **group_kwargs)
 
     def close_group(self) -> None:
         """Leaves the broadcast group (servers replace theirs on the next InitWeightGroup)."""
-        group, self._group = self._group, None
-        if group is not None:
-            group.close()
-
-    def _init_future(self, address: str, spec: GroupSpec, rank: int) -> grpc.Future:
-        request = weights_pb2.InitWeightGroupRequest(
-            master_addr=spec.master_addr,
-            master_port=spec.master_port,
-            world_size=spec.world_size,
-            rank=rank,
-            backend=backend_to_proto(spec.backend),
-            timeout_s=spec.timeout_s,
-        )
-        return self._stubs[address].InitWeightGroup.future(request, metadata=self._metadata)
-
-    def _await_ready(
-        self, group: WeightGroup, update_id: str, futures: dict[str, grpc.Future]
-    ) -> tuple[dict[str, str], dict[str, str]]:
-        """Waits until every server has answered the handshake or failed its RPC.
-
-        Returns ({address: refusal} from servers that answered no, {address: error} from servers
-        that failed or stayed silent past the deadline).
-        """
-        ranks = dict(enumerate(self.addresses, 1))
-        deadline = time.monotonic() + group.spec.timeout_s
-        while True:
-            answers = {ranks[rank]: answer for rank, answer in group.answers(update_id).items()}
-            lost = future_failures({a: f for a, f in futures.items() if a not in answers and f.done()})
-            refusals = {a: why for a, why in answers.items() if why != READY_OK}
-            if len(answers) + len(lost) == len(ranks):
-                return refusals, lost
-            if time.monotonic() > deadline:
-                silent = [a for a in self.addresses if a not in answers and a not in lost]
-                return refusals, {
-                    **lost,
-                    **dict.fromkeys(silent, f"no answer within {group.spec.timeout_s}s"),
-                }
-            time.sleep(0.002)
+        self._group.close()
 
     def _on_every_server(self, push_one: Callable[[str], Any]) -> int:
         """Runs `push_one` (a response) for every server concurrently; raises naming each failed server."""

@@ -20,6 +20,7 @@ import ray
 from ray import serve
 
 from rollout.fleet.fleet_payload import FleetPayload, read_disk
+from rollout.fleet.group_member import GroupMember
 from rollout.fleet.replica_calls import ForwardedReply, OpenAICall, Targeted
 from rollout.fleet.weight_ledger import ledger_updates
 from rollout.fleet.weight_stage import StagedUpdate, WeightStage
@@ -44,6 +45,7 @@ class EngineReplica:
         self.stage = WeightStage(self.loop)
         self.http = httpx.AsyncClient(base_url=self.openai_server.base_url, timeout=None)
         self.replica_id = serve.get_replica_context().replica_id
+        self.group_member = GroupMember(self.loop, self.stage, spec.ledger, self.replica_id.unique_id)
         if spec.ledger is not None:
             _catch_up(self.loop, spec.ledger)
 
@@ -101,6 +103,17 @@ class EngineReplica:
 
     async def release(self, _: Targeted) -> None:
         self.stage.release()
+
+    # ---- torch.distributed pushes: the trainer's group (group_member.py) ------------------------
+
+    async def join_weight_group(self, call: Targeted) -> None:
+        await asyncio.to_thread(self.group_member.join, call.payload)  # a GroupSpec
+
+    async def stage_from_group(self, call: Targeted) -> dict[str, Any]:
+        return await asyncio.to_thread(self.group_member.receive, call.payload)  # a GroupUpdate
+
+    async def close_weight_group(self, _: Targeted) -> None:
+        await asyncio.to_thread(self.group_member.close)
 
     # ---- Ray Serve hooks ---------------------------------------------------------------------------
 

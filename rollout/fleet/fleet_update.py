@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -43,33 +44,69 @@ def push_to_fleet(
 ) -> int:
     """Updates every live replica (`list_replicas()`: Ray Serve ids) atomically; returns the version."""
     replicas = list_replicas()
-    current = _versions(handle, replicas)
-    if len(set(current.values())) != 1:
-        raise FleetUpdateError(f"the replicas serve different versions {current}; nothing changed", current)
-    target = version if version is not None else next(iter(current.values())) + 1
+    current, target = fleet_target(handle, replicas, version)
     update_id = uuid.uuid4().hex
     payload = FleetPayload(payload.ref, payload.path, payload.lora, ray.get(ledger.base.remote()))
-    staged, failed = _each(handle.stage_weights, replicas, lambda r: (update_id, payload, target), timeout_s)
+    staged, failed = each(handle.stage_weights, replicas, lambda r: (update_id, payload, target), timeout_s)
     failed |= _disagreeing(staged)
     if failed:
-        _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
-        raise FleetUpdateError(_describe("staging", failed, current), current)
+        discard_everywhere(handle, replicas, update_id)
+        raise FleetUpdateError(describe_failure("staging", failed, current), current)
     first = next(iter(staged.values()))
-    _, failed = _each(handle.hold, replicas, lambda r: None, CONTROL_TIMEOUT_S)
+    fleet = StagedFleet(update_id, replicas, current, target, payload.with_fingerprint(first["fingerprint"]))
+    return commit_staged(handle, list_replicas, ledger, fleet, first, in_flight, timeout_s)
+
+
+@dataclass(frozen=True)
+class StagedFleet:
+    """An update staged on every replica of `replicas` under `update_id`, from `current` to `target`;
+    `payload` is what the ledger records for replicas that start later."""
+
+    update_id: str
+    replicas: list[str]
+    current: dict[str, int]
+    target: int
+    payload: FleetPayload
+
+
+def fleet_target(handle: Any, replicas: list[str], version: int | None) -> tuple[dict[str, int], int]:
+    """({replica: version serving}, the version the update sets); refuses a fleet on mixed versions."""
+    current = versions(handle, replicas)
+    if len(set(current.values())) != 1:
+        raise FleetUpdateError(f"the replicas serve different versions {current}; nothing changed", current)
+    return current, version if version is not None else next(iter(current.values())) + 1
+
+
+def commit_staged(
+    handle: Any,
+    list_replicas: Callable[[], list[str]],
+    ledger: Any,
+    fleet: StagedFleet,
+    view: dict[str, Any],
+    in_flight: str = "wait",
+    timeout_s: float = 600.0,
+) -> int:
+    """Step 2 for an update every replica staged (`view`: what they reported alike): hold, record,
+    commit, release; a replica that started meanwhile catches up from the ledger's record."""
+    replicas, update_id, current, target = fleet.replicas, fleet.update_id, fleet.current, fleet.target
+    _, failed = each(handle.hold, replicas, lambda r: None, CONTROL_TIMEOUT_S)
     try:
         if failed:
-            _each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
-            raise FleetUpdateError(_describe("holding", failed, current), current)
-        committed = payload.with_fingerprint(first["fingerprint"])
-        ray.get(ledger.record.remote(target, committed, not first["relies"], first["complete"]))
-        _, failed = _each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
+            discard_everywhere(handle, replicas, update_id)
+            raise FleetUpdateError(describe_failure("holding", failed, current), current)
+        ray.get(ledger.record.remote(target, fleet.payload, not view["relies"], view["complete"]))
+        _, failed = each(handle.commit_weights, replicas, lambda r: (update_id, in_flight), timeout_s)
     finally:
-        _each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
+        each(handle.release, replicas, lambda r: None, CONTROL_TIMEOUT_S)
     if failed:  # past the point of no return: the ledger brings a replaced replica to `target`
-        raise FleetUpdateError(_describe("committing", failed, {}), _versions(handle, replicas, True))
+        raise FleetUpdateError(describe_failure("committing", failed, {}), versions(handle, replicas, True))
     late = [r for r in list_replicas() if r not in replicas]
-    _catch_up_late(handle, late, update_id, committed, target, timeout_s)
+    _catch_up_late(handle, late, update_id, fleet.payload, target, timeout_s)
     return target
+
+
+def discard_everywhere(handle: Any, replicas: list[str], update_id: str) -> None:
+    each(handle.discard_weights, replicas, lambda r: update_id, CONTROL_TIMEOUT_S)
 
 
 def _disagreeing(staged: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -88,22 +125,22 @@ def _catch_up_late(
     handle: Any, late: list[str], update_id: str, payload: FleetPayload, target: int, timeout_s: float
 ) -> None:
     """A replica that started during the update (it read the ledger before the record) gets it too."""
-    behind = [r for r, v in _versions(handle, late, tolerant=True).items() if v < target]
+    behind = [r for r, v in versions(handle, late, tolerant=True).items() if v < target]
     if not behind:
         return
-    _, failed = _each(handle.stage_weights, behind, lambda r: (update_id, payload, target), timeout_s)
-    _each(handle.hold, behind, lambda r: None, CONTROL_TIMEOUT_S)
+    _, failed = each(handle.stage_weights, behind, lambda r: (update_id, payload, target), timeout_s)
+    each(handle.hold, behind, lambda r: None, CONTROL_TIMEOUT_S)
     try:
-        failed |= _each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)[1]
+        failed |= each(handle.commit_weights, behind, lambda r: (update_id, "wait"), timeout_s)[1]
     finally:
-        _each(handle.release, behind, lambda r: None, CONTROL_TIMEOUT_S)
+        each(handle.release, behind, lambda r: None, CONTROL_TIMEOUT_S)
     if failed:
         raise FleetUpdateError(
-            _describe("catching up a new replica", failed, {}), _versions(handle, late, True)
+            describe_failure("catching up a new replica", failed, {}), versions(handle, late, True)
         )
 
 
-def _versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[str, int]:
+def versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[str, int]:
     out: dict[str, int] = {}
     for replica in replicas:
         try:
@@ -116,7 +153,7 @@ def _versions(handle: Any, replicas: list[str], tolerant: bool = False) -> dict[
     return out
 
 
-def _each(
+def each(
     method: Any, replicas: list[str], payload: Callable[[str], Any], timeout_s: float
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Calls `method` on every replica at once; returns ({replica: result}, {replica: error})."""
@@ -130,7 +167,7 @@ def _each(
     return results, failed
 
 
-def _describe(phase: str, failed: dict[str, str], current: dict[str, int]) -> str:
+def describe_failure(phase: str, failed: dict[str, str], current: dict[str, int]) -> str:
     named = "; ".join(f"replica {r}: {e}" for r, e in failed.items())
     kept = f"; every replica still serves version {next(iter(current.values()))}" if current else ""
     return f"fleet weight update failed while {phase} ({named}){kept}"

@@ -4,11 +4,13 @@
 EngineReplica x N with CacheAffinityRouter and FleetIngress on Ray Serve's HTTP proxy at
 `base_url`; `client()` is a RolloutClient over the replicas' gRPC addresses (Ray Serve's gRPC proxy
 routes each call to one replica, so the client keeps its own balancing and failover over them);
-`update_weights` pushes to every replica atomically (fleet_update.py); `metrics()` is the fleet's.
+`update_weights` pushes to every replica atomically (fleet_update.py; over torch.distributed with this
+process as rank 0: group_push.py); `metrics()` is the fleet's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Sequence
@@ -24,12 +26,14 @@ from rollout.fleet.affinity_router import CacheAffinityRouter
 from rollout.fleet.engine_replica import EngineReplica, ReplicaSpec
 from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.fleet_update import push_to_fleet
+from rollout.fleet.group_push import FleetGroup, GroupOptions
 from rollout.fleet.ingress import ingress_deployment
 from rollout.fleet.replica_calls import Targeted
 from rollout.fleet.replica_names import DEPLOYMENT, live_replicas
 from rollout.fleet.weight_ledger import NAMESPACE, start_ledger
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+FLEET_TRANSPORTS = ("ray", "disk", "distributed")
 
 
 class ServeFleet:
@@ -67,6 +71,7 @@ class ServeFleet:
         self._ray_init = ray_init
         self._started_ray = False
         self._ledger: Any = None
+        self._group: FleetGroup | None = None
         self.handle: Any = None
 
     def start(self) -> ServeFleet:
@@ -143,23 +148,39 @@ class ServeFleet:
         in_flight: str = "wait",
         lora: Any = None,
         path: str | None = None,
+        transport: str | None = None,
+        **kwargs: Any,
     ) -> int:
         """One push to every replica, atomic across the fleet (fleet_update.py); returns the version.
 
         As `RolloutClient.update_weights`: a PEFT model sends its adapter (`lora="adapter"`, its
         default; "full": base and adapter), merged on each replica's held base; tensors with LoRA
-        factors take `lora={module: LoraTarget}`. `path`: the disk transport, a safetensors directory
-        every replica reads (tensors given too are written there first, rollout/weights/disk.py).
+        factors take `lora={module: LoraTarget}`. `transport`: "ray" (the default: the tensors as one
+        object in Ray's store), "disk" (`path`: a safetensors directory every replica reads; tensors
+        given too are written there first) or "distributed" (a torch.distributed broadcast from this
+        process, rank 0, to every replica: kwargs `bucket_bytes` and, for the group's first set-up,
+        those of `init_weight_group`; the group is kept for the next pushes).
         """
         from rollout.weights.disk import save_checkpoint
         from rollout.weights.lora_export import update_source
         from rollout.weights.manifest import unique_named_tensors
 
+        transport = transport or ("disk" if path is not None else "ray")
+        if transport not in FLEET_TRANSPORTS:
+            raise ValueError(f"transport must be one of {FLEET_TRANSPORTS}, got {transport!r}")
+        if (path is not None) != (transport == "disk"):
+            raise ValueError(f"path: given with the disk transport and only then (transport {transport!r})")
         if model_or_named_tensors is None and path is None:
             raise ValueError("model_or_named_tensors: required unless path names a checkpoint directory")
+        if kwargs and transport != "distributed":
+            raise TypeError(f"unexpected arguments for the {transport} transport: {sorted(kwargs)}")
         tensors, targets = None, lora
         if model_or_named_tensors is not None:
             source, targets = update_source(model_or_named_tensors, lora)
+            if transport == "distributed":
+                return self._group_push(
+                    list(unique_named_tensors(source)), version, in_flight, targets, kwargs
+                )
             tensors = {n: t.detach().cpu().contiguous() for n, t in unique_named_tensors(source)}
         if path is not None:
             if tensors is not None:
@@ -168,6 +189,41 @@ class ServeFleet:
         else:
             payload = FleetPayload(ref=ray.put(tensors), lora=targets)
         return push_to_fleet(self.handle, self.replicas, self._ledger, payload, version, in_flight)
+
+    def init_weight_group(
+        self,
+        master_addr: str = "127.0.0.1",
+        master_port: int = 0,
+        backend: str = "gloo",
+        timeout_s: float = 120.0,
+        device: Any = None,
+    ) -> None:
+        """Sets up the torch.distributed group of distributed pushes: this process is rank 0 and hosts
+        its store at `master_addr` (this machine's address as the replicas reach it; port 0: a free
+        one), the live replicas join as ranks 1..N. gloo for CPU tensors, nccl for CUDA ones."""
+        options = GroupOptions(master_addr, master_port, backend, timeout_s, device)
+        self._fleet_group().init(options)
+
+    def close_weight_group(self) -> None:
+        """Leaves the group here and on every replica (the next distributed push sets one up again)."""
+        if self._group is not None:
+            self._group.close()
+
+    def _fleet_group(self) -> FleetGroup:
+        if self._group is None:
+            self._group = FleetGroup(self.handle, self.replicas, self._ledger)
+        return self._group
+
+    def _group_push(
+        self, named: list[Any], version: int | None, in_flight: str, lora: Any, kwargs: dict[str, Any]
+    ) -> int:
+        push_keys = {"bucket_bytes"}  # the rest set the group up (timeout_s: the group's, as a client's)
+        group = self._fleet_group()
+        init = {k: v for k, v in kwargs.items() if k not in push_keys}
+        if init and group.group is None:  # a group kept (or its options, to set it up again) wins
+            self.init_weight_group(**init)
+        push = {k: v for k, v in kwargs.items() if k in push_keys}
+        return group.push(named, version, in_flight, lora, **push)
 
     def kill_replica(self, replica: str) -> None:
         """Kills one replica's process (as a crash would); Ray Serve starts a replacement."""
@@ -180,6 +236,8 @@ class ServeFleet:
         return httpx.get(self.base_url.removesuffix("/v1") + "/metrics", headers=headers, timeout=60).text
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # the replicas may be gone already: the group dies with them
+            self.close_weight_group()
         try:
             if ray.is_initialized():
                 serve.shutdown()

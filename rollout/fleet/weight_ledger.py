@@ -35,6 +35,11 @@ class WeightLedger:
     def base(self) -> int:
         return self.base_version
 
+    def keep(self, tensors: dict[str, Any]) -> list[Any]:
+        """[a ref to `tensors` in Ray's store, owned by the ledger]: what a replica received over a
+        process group (group_member.py), kept by the actor that outlives any replica."""
+        return [ray.put(tensors)]
+
 
 def start_ledger(name: str) -> Any:
     return ray.remote(WeightLedger).options(name=name, namespace=NAMESPACE, num_cpus=0).remote()

@@ -77,6 +77,7 @@ class ServerInfo:
     state_bytes_per_seq: int = 0  # hybrid models: one sequence's recurrent states (docs/hybrid_models.md)
     max_state_snapshots: int = 0  # hybrid models: the state snapshot cap in effect
     default_logprobs_mode: str | None = None  # --logprobs-mode; None from a server that predates it
+    weight_group_ranks: int = 1  # weight group ranks this address takes (a fleet front: one per replica)
 
 
 def params_to_proto(params: SamplingParams) -> pb.SamplingParams:
@@ -268,6 +269,7 @@ def info_from_proto(message: pb.GetServerInfoResponse) -> ServerInfo:
         state_bytes_per_seq=message.state_bytes_per_seq,
         max_state_snapshots=message.max_state_snapshots,
         default_logprobs_mode=_MODE_FROM_PB.get(message.default_logprobs_mode),
+        weight_group_ranks=max(message.weight_group_ranks, 1),
     )
 
 

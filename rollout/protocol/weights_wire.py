@@ -111,7 +111,10 @@ def backend_to_proto(backend: str) -> int:
 
 
 def group_spec_from_proto(request: weights_pb2.InitWeightGroupRequest, timeout_s: float) -> GroupSpec:
-    """A server's side of the group; ValueError for rank 0 (the trainer's)."""
+    """A server's side of the group; ValueError for rank 0 (the trainer's) or for more than one rank
+    (a fleet's front takes one per replica, rollout/fleet/group_fanout.py)."""
+    if request.num_ranks > 1:
+        raise ValueError(f"num_ranks: this server takes one rank in a weight group, got {request.num_ranks}")
     spec = GroupSpec(
         master_addr=request.master_addr,
         master_port=request.master_port,

@@ -40,7 +40,7 @@ from rollout.server.update_commit import (
     held_base,
     precheck_version,
 )
-from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, empty_bucket, plan_buckets, unpack
+from rollout.weights.buckets import DEFAULT_BUCKET_BYTES, receive_buckets
 from rollout.weights.disk import load_checkpoint
 from rollout.weights.group import WeightGroup
 from rollout.weights.ledger import UpdateLedger
@@ -129,7 +129,7 @@ class WeightSyncServicer(weights_pb2_grpc.WeightSyncServiceServicer):
                 context.abort(
                     grpc.StatusCode.ABORTED, "the trainer called the update off (another server refused it)"
                 )
-            tensors = _receive_buckets(group, manifest, request.bucket_bytes or DEFAULT_BUCKET_BYTES)
+            tensors = receive_buckets(group, manifest, request.bucket_bytes or DEFAULT_BUCKET_BYTES)
             version, base = self._commit(tensors, update, context)
         return weights_pb2.UpdateWeightsFromGroupResponse(weight_version=version, base=base_to_proto(base))
 
@@ -266,18 +266,6 @@ def _receive_chunks(
         raise WeightUpdateError(
             f"stream ended after {staged.num_bytes_received} of {staged.manifest.nbytes} bytes; nothing written"
         )
-
-
-def _receive_buckets(group: WeightGroup, manifest: Manifest, bucket_bytes: int) -> dict[str, torch.Tensor]:
-    """Receives every bucket; the returned tensors are views into the received buffers (no copy)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for bucket in plan_buckets(manifest, bucket_bytes):
-        flat = empty_bucket(bucket, group.device)
-        group.broadcast(flat)
-        for index, view in unpack(bucket, flat, manifest):
-            spec = manifest.tensors[index]
-            tensors[spec.name] = view.view(spec.shape)
-    return tensors
 
 
 def _model_device(engine: Any) -> torch.device:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,3 +59,16 @@ def unpack(bucket: Bucket, flat: torch.Tensor, manifest: Manifest) -> Iterator[t
 
 def empty_bucket(bucket: Bucket, device: torch.device) -> torch.Tensor:
     return torch.empty(bucket.numel, dtype=torch_dtype(bucket.dtype), device=device)
+
+
+def receive_buckets(group: Any, manifest: Manifest, bucket_bytes: int) -> dict[str, torch.Tensor]:
+    """Receiver side: every bucket broadcast over `group` (a rollout.weights.group.WeightGroup), in
+    plan order; the returned tensors are views into the received buffers (no copy)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for bucket in plan_buckets(manifest, bucket_bytes):
+        flat = empty_bucket(bucket, group.device)
+        group.broadcast(flat)
+        for index, view in unpack(bucket, flat, manifest):
+            spec = manifest.tensors[index]
+            tensors[spec.name] = view.view(spec.shape)
+    return tensors

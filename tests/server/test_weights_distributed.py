@@ -60,11 +60,11 @@ def test_trainer_updates_two_server_processes_several_times_over_one_group() -> 
         client.weight_pusher.init_group(
             timeout_s=60
         )  # ahead of the first push, as docs/weight_updates.md shows
-        groups = {id(client.weight_pusher._group)}
+        groups = {id(client.weight_pusher._group.group)}
         for version, seed in enumerate((1, 2, 0), start=1):
             new = tiny_model(seed=seed)
             assert client.update_weights(new, "distributed", bucket_bytes=64_000, timeout_s=60) == version
-            groups.add(id(client.weight_pusher._group))
+            groups.add(id(client.weight_pusher._group.group))
             for address in client.addresses:
                 with RolloutClient(address) as one:
                     assert greedy_tokens(one) == reference_tokens(seed), (address, version)

@@ -315,7 +315,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config", "boot_id", "prefix_caching", "state_bytes_per_seq", "max_state_snapshots", "default_logprobs_mode")
+    __slots__ = ("model", "architecture", "dtype", "device", "max_model_len", "vocab_size", "eos_token_ids", "weight_version", "logprobs_modes", "block_size", "num_blocks_total", "num_blocks_free", "num_blocks_cached", "max_num_seqs", "has_tokenizer", "version", "model_config", "boot_id", "prefix_caching", "state_bytes_per_seq", "max_state_snapshots", "default_logprobs_mode", "weight_group_ranks")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class GetServerInfoResponse(_message.Message):
     STATE_BYTES_PER_SEQ_FIELD_NUMBER: _ClassVar[int]
     MAX_STATE_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_GROUP_RANKS_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dtype: str
@@ -360,7 +361,8 @@ class GetServerInfoResponse(_message.Message):
     state_bytes_per_seq: int
     max_state_snapshots: int
     default_logprobs_mode: LogprobsMode
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ..., boot_id: _Optional[str] = ..., prefix_caching: _Optional[bool] = ..., state_bytes_per_seq: _Optional[int] = ..., max_state_snapshots: _Optional[int] = ..., default_logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ...) -> None: ...
+    weight_group_ranks: int
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., weight_version: _Optional[int] = ..., logprobs_modes: _Optional[_Iterable[_Union[LogprobsMode, str]]] = ..., block_size: _Optional[int] = ..., num_blocks_total: _Optional[int] = ..., num_blocks_free: _Optional[int] = ..., num_blocks_cached: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., has_tokenizer: _Optional[bool] = ..., version: _Optional[str] = ..., model_config: _Optional[str] = ..., boot_id: _Optional[str] = ..., prefix_caching: _Optional[bool] = ..., state_bytes_per_seq: _Optional[int] = ..., max_state_snapshots: _Optional[int] = ..., default_logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ..., weight_group_ranks: _Optional[int] = ...) -> None: ...
 
 class ResetPrefixCacheRequest(_message.Message):
     __slots__ = ()

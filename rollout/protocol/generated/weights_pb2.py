@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/weights.proto\x12\nrollout.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"9\n\x0eWeightManifest\x12\'\n\x07tensors\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TensorSpec\"\xde\x01\n\rCommitOptions\x12\x14\n\x07version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rabort_running\x18\x02 \x01(\x08\x12-\n\tin_flight\x18\x03 \x01(\x0e\x32\x1a.rollout.v1.InFlightPolicy\x12\x11\n\tupdate_id\x18\x04 \x01(\t\x12,\n\x0clora_targets\x18( \x03(\x0b\x32\x16.rollout.v1.LoraTarget\x12$\n\x04\x62\x61se\x18) \x01(\x0b\x32\x16.rollout.v1.WeightBaseB\n\n\x08_version\".\n\nWeightBase\x12\x0f\n\x07\x62oot_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"X\n\nLoraTarget\x12\x0e\n\x06module\x18\x01 \x01(\t\x12\x0f\n\x07scaling\x18\x02 \x01(\x01\x12\x16\n\x0e\x66\x61n_in_fan_out\x18\x03 \x01(\x08\x12\x11\n\tparameter\x18\x04 \x01(\x08\"n\n\x12WeightUpdateHeader\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"+\n\x0bWeightChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"}\n\x14UpdateWeightsRequest\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.rollout.v1.WeightUpdateHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.rollout.v1.WeightChunkH\x00\x42\t\n\x07payload\"}\n\x15UpdateWeightsResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\x12$\n\x04\x62\x61se\x18\x04 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"\xa8\x01\n\x16InitWeightGroupRequest\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x05\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12/\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x1e.rollout.v1.WeightGroupBackend\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\"\x19\n\x17InitWeightGroupResponse\"\xa2\x01\n\x1dUpdateWeightsFromGroupRequest\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12\x11\n\tupdate_id\x18\x03 \x01(\t\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x03\"^\n\x1eUpdateWeightsFromGroupResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12$\n\x04\x62\x61se\x18\x02 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"X\n\x1cUpdateWeightsFromDiskRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"r\n\x1dUpdateWeightsFromDiskResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12$\n\x04\x62\x61se\x18\x03 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"\x19\n\x17\x43loseWeightGroupRequest\"\x1a\n\x18\x43loseWeightGroupResponse\"[\n\x12SharedMemoryHandle\x12\x16\n\x0emanager_handle\x18\x01 \x01(\x0c\x12\x16\n\x0estorage_handle\x18\x02 \x01(\x0c\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\"\xd7\x01\n\rCudaIpcHandle\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x16\n\x0estorage_handle\x18\x02 \x01(\x0c\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\x12\x1c\n\x14storage_offset_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12ref_counter_handle\x18\x05 \x01(\x0c\x12\x1a\n\x12ref_counter_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x65vent_handle\x18\x07 \x01(\x0c\x12\x1b\n\x13\x65vent_sync_required\x18\x08 \x01(\x08\"\xc0\x01\n\x0cSharedTensor\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.rollout.v1.TensorSpec\x12\x0e\n\x06stride\x18\x02 \x03(\x03\x12\x16\n\x0estorage_offset\x18\x03 \x01(\x03\x12-\n\x03\x63pu\x18\x04 \x01(\x0b\x32\x1e.rollout.v1.SharedMemoryHandleH\x00\x12)\n\x04\x63uda\x18\x05 \x01(\x0b\x32\x19.rollout.v1.CudaIpcHandleH\x00\x42\x08\n\x06handle\"1\n\x0cHostIdentity\x12\x0f\n\x07\x62oot_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\"\x9f\x01\n\x1eUpdateWeightsFromSharedRequest\x12)\n\x07tensors\x18\x01 \x03(\x0b\x32\x18.rollout.v1.SharedTensor\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12&\n\x04host\x18\x03 \x01(\x0b\x32\x18.rollout.v1.HostIdentity\"\x87\x01\n\x1fUpdateWeightsFromSharedResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\x12$\n\x04\x62\x61se\x18\x04 \x01(\x0b\x32\x16.rollout.v1.WeightBase*\xa4\x01\n\x0eInFlightPolicy\x12 \n\x1cIN_FLIGHT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15IN_FLIGHT_POLICY_WAIT\x10\x01\x12\x1a\n\x16IN_FLIGHT_POLICY_ABORT\x10\x02\x12\x19\n\x15IN_FLIGHT_POLICY_KEEP\x10\x03\x12\x1e\n\x1aIN_FLIGHT_POLICY_RECOMPUTE\x10\x04*x\n\x12WeightGroupBackend\x12$\n WEIGHT_GROUP_BACKEND_UNSPECIFIED\x10\x00\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_GLOO\x10\x01\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_NCCL\x10\x02\x32\xf9\x04\n\x11WeightSyncService\x12V\n\rUpdateWeights\x12 .rollout.v1.UpdateWeightsRequest\x1a!.rollout.v1.UpdateWeightsResponse(\x01\x12Z\n\x0fInitWeightGroup\x12\".rollout.v1.InitWeightGroupRequest\x1a#.rollout.v1.InitWeightGroupResponse\x12o\n\x16UpdateWeightsFromGroup\x12).rollout.v1.UpdateWeightsFromGroupRequest\x1a*.rollout.v1.UpdateWeightsFromGroupResponse\x12l\n\x15UpdateWeightsFromDisk\x12(.rollout.v1.UpdateWeightsFromDiskRequest\x1a).rollout.v1.UpdateWeightsFromDiskResponse\x12]\n\x10\x43loseWeightGroup\x12#.rollout.v1.CloseWeightGroupRequest\x1a$.rollout.v1.CloseWeightGroupResponse\x12r\n\x17UpdateWeightsFromShared\x12*.rollout.v1.UpdateWeightsFromSharedRequest\x1a+.rollout.v1.UpdateWeightsFromSharedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/weights.proto\x12\nrollout.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"9\n\x0eWeightManifest\x12\'\n\x07tensors\x18\x01 \x03(\x0b\x32\x16.rollout.v1.TensorSpec\"\xde\x01\n\rCommitOptions\x12\x14\n\x07version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rabort_running\x18\x02 \x01(\x08\x12-\n\tin_flight\x18\x03 \x01(\x0e\x32\x1a.rollout.v1.InFlightPolicy\x12\x11\n\tupdate_id\x18\x04 \x01(\t\x12,\n\x0clora_targets\x18( \x03(\x0b\x32\x16.rollout.v1.LoraTarget\x12$\n\x04\x62\x61se\x18) \x01(\x0b\x32\x16.rollout.v1.WeightBaseB\n\n\x08_version\".\n\nWeightBase\x12\x0f\n\x07\x62oot_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"X\n\nLoraTarget\x12\x0e\n\x06module\x18\x01 \x01(\t\x12\x0f\n\x07scaling\x18\x02 \x01(\x01\x12\x16\n\x0e\x66\x61n_in_fan_out\x18\x03 \x01(\x08\x12\x11\n\tparameter\x18\x04 \x01(\x08\"n\n\x12WeightUpdateHeader\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"+\n\x0bWeightChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"}\n\x14UpdateWeightsRequest\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32\x1e.rollout.v1.WeightUpdateHeaderH\x00\x12(\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x17.rollout.v1.WeightChunkH\x00\x42\t\n\x07payload\"}\n\x15UpdateWeightsResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\x12$\n\x04\x62\x61se\x18\x04 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"\xbb\x01\n\x16InitWeightGroupRequest\x12\x13\n\x0bmaster_addr\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x05\x12\x12\n\nworld_size\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12/\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x1e.rollout.v1.WeightGroupBackend\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\x12\x11\n\tnum_ranks\x18\x07 \x01(\x05\"\x19\n\x17InitWeightGroupResponse\"\xa2\x01\n\x1dUpdateWeightsFromGroupRequest\x12,\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.rollout.v1.WeightManifest\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12\x11\n\tupdate_id\x18\x03 \x01(\t\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x03\"^\n\x1eUpdateWeightsFromGroupResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12$\n\x04\x62\x61se\x18\x02 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"X\n\x1cUpdateWeightsFromDiskRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\"r\n\x1dUpdateWeightsFromDiskResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12$\n\x04\x62\x61se\x18\x03 \x01(\x0b\x32\x16.rollout.v1.WeightBase\"\x19\n\x17\x43loseWeightGroupRequest\"\x1a\n\x18\x43loseWeightGroupResponse\"[\n\x12SharedMemoryHandle\x12\x16\n\x0emanager_handle\x18\x01 \x01(\x0c\x12\x16\n\x0estorage_handle\x18\x02 \x01(\x0c\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\"\xd7\x01\n\rCudaIpcHandle\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x16\n\x0estorage_handle\x18\x02 \x01(\x0c\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\x12\x1c\n\x14storage_offset_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12ref_counter_handle\x18\x05 \x01(\x0c\x12\x1a\n\x12ref_counter_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x65vent_handle\x18\x07 \x01(\x0c\x12\x1b\n\x13\x65vent_sync_required\x18\x08 \x01(\x08\"\xc0\x01\n\x0cSharedTensor\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.rollout.v1.TensorSpec\x12\x0e\n\x06stride\x18\x02 \x03(\x03\x12\x16\n\x0estorage_offset\x18\x03 \x01(\x03\x12-\n\x03\x63pu\x18\x04 \x01(\x0b\x32\x1e.rollout.v1.SharedMemoryHandleH\x00\x12)\n\x04\x63uda\x18\x05 \x01(\x0b\x32\x19.rollout.v1.CudaIpcHandleH\x00\x42\x08\n\x06handle\"1\n\x0cHostIdentity\x12\x0f\n\x07\x62oot_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\"\x9f\x01\n\x1eUpdateWeightsFromSharedRequest\x12)\n\x07tensors\x18\x01 \x03(\x0b\x32\x18.rollout.v1.SharedTensor\x12*\n\x07options\x18\x02 \x01(\x0b\x32\x19.rollout.v1.CommitOptions\x12&\n\x04host\x18\x03 \x01(\x0b\x32\x18.rollout.v1.HostIdentity\"\x87\x01\n\x1fUpdateWeightsFromSharedResponse\x12\x16\n\x0eweight_version\x18\x01 \x01(\x03\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x03\x12\x11\n\tnum_bytes\x18\x03 \x01(\x03\x12$\n\x04\x62\x61se\x18\x04 \x01(\x0b\x32\x16.rollout.v1.WeightBase*\xa4\x01\n\x0eInFlightPolicy\x12 \n\x1cIN_FLIGHT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15IN_FLIGHT_POLICY_WAIT\x10\x01\x12\x1a\n\x16IN_FLIGHT_POLICY_ABORT\x10\x02\x12\x19\n\x15IN_FLIGHT_POLICY_KEEP\x10\x03\x12\x1e\n\x1aIN_FLIGHT_POLICY_RECOMPUTE\x10\x04*x\n\x12WeightGroupBackend\x12$\n WEIGHT_GROUP_BACKEND_UNSPECIFIED\x10\x00\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_GLOO\x10\x01\x12\x1d\n\x19WEIGHT_GROUP_BACKEND_NCCL\x10\x02\x32\xf9\x04\n\x11WeightSyncService\x12V\n\rUpdateWeights\x12 .rollout.v1.UpdateWeightsRequest\x1a!.rollout.v1.UpdateWeightsResponse(\x01\x12Z\n\x0fInitWeightGroup\x12\".rollout.v1.InitWeightGroupRequest\x1a#.rollout.v1.InitWeightGroupResponse\x12o\n\x16UpdateWeightsFromGroup\x12).rollout.v1.UpdateWeightsFromGroupRequest\x1a*.rollout.v1.UpdateWeightsFromGroupResponse\x12l\n\x15UpdateWeightsFromDisk\x12(.rollout.v1.UpdateWeightsFromDiskRequest\x1a).rollout.v1.UpdateWeightsFromDiskResponse\x12]\n\x10\x43loseWeightGroup\x12#.rollout.v1.CloseWeightGroupRequest\x1a$.rollout.v1.CloseWeightGroupResponse\x12r\n\x17UpdateWeightsFromShared\x12*.rollout.v1.UpdateWeightsFromSharedRequest\x1a+.rollout.v1.UpdateWeightsFromSharedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.weights_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INFLIGHTPOLICY']._serialized_start=2509
-  _globals['_INFLIGHTPOLICY']._serialized_end=2673
-  _globals['_WEIGHTGROUPBACKEND']._serialized_start=2675
-  _globals['_WEIGHTGROUPBACKEND']._serialized_end=2795
+  _globals['_INFLIGHTPOLICY']._serialized_start=2528
+  _globals['_INFLIGHTPOLICY']._serialized_end=2692
+  _globals['_WEIGHTGROUPBACKEND']._serialized_start=2694
+  _globals['_WEIGHTGROUPBACKEND']._serialized_end=2814
   _globals['_TENSORSPEC']._serialized_start=40
   _globals['_TENSORSPEC']._serialized_end=96
   _globals['_WEIGHTMANIFEST']._serialized_start=98
@@ -54,33 +54,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=804
   _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=929
   _globals['_INITWEIGHTGROUPREQUEST']._serialized_start=932
-  _globals['_INITWEIGHTGROUPREQUEST']._serialized_end=1100
-  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_start=1102
-  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_end=1127
-  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_start=1130
-  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_end=1292
-  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_start=1294
-  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_end=1388
-  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_start=1390
-  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_end=1478
-  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_start=1480
-  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_end=1594
-  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_start=1596
-  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_end=1621
-  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_start=1623
-  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_end=1649
-  _globals['_SHAREDMEMORYHANDLE']._serialized_start=1651
-  _globals['_SHAREDMEMORYHANDLE']._serialized_end=1742
-  _globals['_CUDAIPCHANDLE']._serialized_start=1745
-  _globals['_CUDAIPCHANDLE']._serialized_end=1960
-  _globals['_SHAREDTENSOR']._serialized_start=1963
-  _globals['_SHAREDTENSOR']._serialized_end=2155
-  _globals['_HOSTIDENTITY']._serialized_start=2157
-  _globals['_HOSTIDENTITY']._serialized_end=2206
-  _globals['_UPDATEWEIGHTSFROMSHAREDREQUEST']._serialized_start=2209
-  _globals['_UPDATEWEIGHTSFROMSHAREDREQUEST']._serialized_end=2368
-  _globals['_UPDATEWEIGHTSFROMSHAREDRESPONSE']._serialized_start=2371
-  _globals['_UPDATEWEIGHTSFROMSHAREDRESPONSE']._serialized_end=2506
-  _globals['_WEIGHTSYNCSERVICE']._serialized_start=2798
-  _globals['_WEIGHTSYNCSERVICE']._serialized_end=3431
+  _globals['_INITWEIGHTGROUPREQUEST']._serialized_end=1119
+  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_start=1121
+  _globals['_INITWEIGHTGROUPRESPONSE']._serialized_end=1146
+  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_start=1149
+  _globals['_UPDATEWEIGHTSFROMGROUPREQUEST']._serialized_end=1311
+  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_start=1313
+  _globals['_UPDATEWEIGHTSFROMGROUPRESPONSE']._serialized_end=1407
+  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_start=1409
+  _globals['_UPDATEWEIGHTSFROMDISKREQUEST']._serialized_end=1497
+  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_start=1499
+  _globals['_UPDATEWEIGHTSFROMDISKRESPONSE']._serialized_end=1613
+  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_start=1615
+  _globals['_CLOSEWEIGHTGROUPREQUEST']._serialized_end=1640
+  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_start=1642
+  _globals['_CLOSEWEIGHTGROUPRESPONSE']._serialized_end=1668
+  _globals['_SHAREDMEMORYHANDLE']._serialized_start=1670
+  _globals['_SHAREDMEMORYHANDLE']._serialized_end=1761
+  _globals['_CUDAIPCHANDLE']._serialized_start=1764
+  _globals['_CUDAIPCHANDLE']._serialized_end=1979
+  _globals['_SHAREDTENSOR']._serialized_start=1982
+  _globals['_SHAREDTENSOR']._serialized_end=2174
+  _globals['_HOSTIDENTITY']._serialized_start=2176
+  _globals['_HOSTIDENTITY']._serialized_end=2225
+  _globals['_UPDATEWEIGHTSFROMSHAREDREQUEST']._serialized_start=2228
+  _globals['_UPDATEWEIGHTSFROMSHAREDREQUEST']._serialized_end=2387
+  _globals['_UPDATEWEIGHTSFROMSHAREDRESPONSE']._serialized_start=2390
+  _globals['_UPDATEWEIGHTSFROMSHAREDRESPONSE']._serialized_end=2525
+  _globals['_WEIGHTSYNCSERVICE']._serialized_start=2817
+  _globals['_WEIGHTSYNCSERVICE']._serialized_end=3450
 # @@protoc_insertion_point(module_scope)

@@ -118,20 +118,22 @@ class UpdateWeightsResponse(_message.Message):
     def __init__(self, weight_version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., base: _Optional[_Union[WeightBase, _Mapping]] = ...) -> None: ...
 
 class InitWeightGroupRequest(_message.Message):
-    __slots__ = ("master_addr", "master_port", "world_size", "rank", "backend", "timeout_s")
+    __slots__ = ("master_addr", "master_port", "world_size", "rank", "backend", "timeout_s", "num_ranks")
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_RANKS_FIELD_NUMBER: _ClassVar[int]
     master_addr: str
     master_port: int
     world_size: int
     rank: int
     backend: WeightGroupBackend
     timeout_s: float
-    def __init__(self, master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., backend: _Optional[_Union[WeightGroupBackend, str]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    num_ranks: int
+    def __init__(self, master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., backend: _Optional[_Union[WeightGroupBackend, str]] = ..., timeout_s: _Optional[float] = ..., num_ranks: _Optional[int] = ...) -> None: ...
 
 class InitWeightGroupResponse(_message.Message):
     __slots__ = ()
