@@ -2,7 +2,9 @@
 
 Beyond OpenAI's fields every response carries `prompt_token_ids`, and every choice its sampled
 `token_ids` (vLLM's `return_token_ids` names), `weight_version` and `weight_versions` (spans: first
-token index, version that sampled it). Logprobs are the engine's, per sampled token. Runs on the
+token index, version that sampled it), and with logprobs `logprobs_mode` (what they hold: vLLM's
+"processed_logprobs" | "raw_logprobs" | "processed_logits" | "raw_logits"). Logprobs are the engine's,
+per sampled token. Runs on the
 HTTP worker threads (detokenizing and tool parsing never run on the engine loop's thread).
 """
 
@@ -27,6 +29,7 @@ class ReplyOptions:
     token_ids: bool = True
     skip_special_tokens: bool = True
     named_tool: bool = False  # tool_choice named one function: finish_reason stays "stop" (OpenAI's, vLLM's)
+    logprobs_mode: str | None = None  # the request's (or the server's default) vLLM logprobs mode
 
 
 def chat_choice(sample: CompletionOutput, index: int, opts: ReplyOptions) -> dict[str, Any]:
@@ -84,6 +87,8 @@ def extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
     }
     if opts.token_ids:
         fields["token_ids"] = list(sample.token_ids)
+    if opts.logprobs:  # what the returned logprobs hold: vLLM's mode names (docs/openai.md)
+        fields["logprobs_mode"] = sample.logprobs_mode or opts.logprobs_mode
     return fields
 
 
