@@ -61,6 +61,8 @@ def chat_prompts(
     for i, conversation in enumerate(conversations):
         field = "messages" if single else f"messages[{i}]"
         conversation, taken = chat_images(llm.engine.images, conversation, field)  # multimodal/llm_images.py
+        if taken and options is not None:  # truncating or padding would cut through image placeholders
+            raise ValueError(f"tokenization_kwargs: not supported with image parts ({field})")
         turns = conversation_json(conversation, field, images=bool(taken))
         ids, text = chat_ids(
             llm.tokenizer, turns, field, max_chars, tools, template_kwargs, content_format, options
