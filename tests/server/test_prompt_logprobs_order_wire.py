@@ -3,8 +3,12 @@ then the top k), and from a server that predates that order (it sent the top k f
 
 from __future__ import annotations
 
+import grpc
+
 from rollout import SamplingParams
+from rollout.protocol import convert
 from rollout.protocol.generated import rollout_pb2 as pb
+from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc
 from rollout.protocol.logprob_wire import entry_to_proto
 from rollout.protocol.score_wire import prompt_logprobs_from_proto
 from tests.builders import tiny_llm
@@ -21,9 +25,16 @@ from tests.server.server_builders import client_for, make_engine, serving
 def test_the_client_gets_vllms_order_from_a_real_server() -> None:
     llm = tiny_llm()
     prompt = prompt_with_greedy_tail(llm)
+    params = SamplingParams(max_tokens=1, prompt_logprobs=K)
     with serving(make_engine()) as server, client_for(server) as client:
-        got = client.generate([prompt], SamplingParams(max_tokens=1, prompt_logprobs=K))[0].prompt_logprobs
+        got = client.generate([prompt], params)[0].prompt_logprobs
+        stub = pb_grpc.RolloutServiceStub(grpc.insecure_channel(server.address))
+        request = pb.GenerateBatchRequest(
+            prompts=[pb.Prompt(token_ids=pb.TokenIds(ids=prompt))], params=convert.params_to_proto(params)
+        )
+        wire = stub.GenerateBatch(request).results[0].prompt_logprobs
     assert_vllm_order(as_tuples(got), vllm_entries(llm, prompt, K))
+    assert [m.entries[0].token_id for m in wire] == prompt[1:]  # the server itself sends vLLM's order
 
 
 def test_the_client_puts_the_prompt_token_first_from_a_server_that_sent_the_top_k_first() -> None:
