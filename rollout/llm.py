@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,14 +23,17 @@ from rollout.detokenize.logprob_tokens import with_decoded_tokens
 from rollout.engine.llm_engine import LLMEngine
 from rollout.engine.versions.direct_write_watch import DirectWriteWatch
 from rollout.engine_factory import load_engine
+from rollout.inputs.chat_render import chat_prompts, template_content_format
 from rollout.inputs.chat_template_options import ChatTemplateOptions
-from rollout.inputs.prompt_inputs import PromptInput, PromptType, check_lora_request, parse_prompts
-from rollout.multimodal.llm_images import chat_images, image_prompts
+from rollout.inputs.prompt_ids import prompt_ids, prompt_texts
+from rollout.inputs.prompt_inputs import PromptType, check_lora_request, check_priority, parse_prompts
+from rollout.inputs.tokenization_kwargs import tokenization_options
+from rollout.multimodal.llm_images import image_prompts
 from rollout.multimodal.mm_inputs import MultiModalInputs
 from rollout.multimodal.prompt_dicts import has_multi_modal_data
 from rollout.outputs import RequestOutput
-from rollout.protocol.chat_messages import conversation_json, is_conversation, tools_json
-from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
+from rollout.protocol.chat_messages import is_conversation, tools_json
+from rollout.protocol.prompts import text_char_limit
 from rollout.resumption import aborted_samples, merge_resumed, single_sample
 from rollout.sampling_params.sampling_params import SamplingParams, params_or_sampling_params
 from rollout.scoring import ScoreOutput, check_sequences, score_output, score_params
@@ -86,10 +89,12 @@ class LLM:
         self,
         prompts: PromptType | Sequence[PromptType],
         params: Params = None,
-        use_tqdm: bool = False,
+        use_tqdm: bool | Callable[..., Any] = False,
         *,
         sampling_params: Params = None,
         lora_request: object = None,
+        priority: list[int] | None = None,
+        tokenization_kwargs: Mapping[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """Generates every prompt's n samples; returns them in prompt order, samples in index order.
 
@@ -97,62 +102,81 @@ class LLM:
         `params` (or vLLM's name, `sampling_params`) is one SamplingParams for every prompt, or one
         per prompt. A text prompt is tokenized with the tokenizer's special tokens, but never gets a
         second BOS when it already starts with one (a chat template rendered to text).
+        `tokenization_kwargs` and `priority` as vLLM's (inputs/tokenization_kwargs.py; only priority 0:
+        inputs/prompt_inputs.py check_priority); `use_tqdm` may be a tqdm factory, as vLLM's.
         """
         params = params_or_sampling_params(params, sampling_params)
         check_lora_request(lora_request)
+        options = tokenization_options(
+            tokenization_kwargs, chat=False, max_model_len=self.engine.max_model_len
+        )
         if isinstance(prompts, (str, Mapping)):
             prompts = [prompts]
         if isinstance(prompts, (list, tuple)) and any(has_multi_modal_data(p) for p in prompts):
+            check_priority(priority, len(prompts))
+            if options is not None:
+                raise ValueError("tokenization_kwargs: not supported with multi_modal_data prompts")
             ids, texts, images = image_prompts(self, prompts)  # rollout/multimodal/llm_images.py
             return self._generate_ids(ids, params, texts, use_tqdm, images)
         inputs = parse_prompts(prompts)
-        token_prompts = self._tokenize(inputs)
-        return self._generate_ids(token_prompts, params, [p.text for p in inputs], use_tqdm)
+        check_priority(priority, len(inputs))
+        ids = prompt_ids(
+            self.tokenizer, inputs, options, lambda: self.max_prompt_chars
+        )  # inputs/prompt_ids.py
+        return self._generate_ids(ids, params, prompt_texts(self.tokenizer, inputs, options), use_tqdm)
 
     def chat(
         self,
         messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
         params: Params = None,
-        use_tqdm: bool = False,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        sampling_params: Params = None,
+        use_tqdm: bool | Callable[..., Any] = False,
         lora_request: object = None,
         chat_template: str | None = None,
+        chat_template_content_format: str | None = None,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        tokenization_kwargs: Mapping[str, Any] | None = None,
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        *,
+        sampling_params: Params = None,
     ) -> list[RequestOutput]:
-        """vLLM's `LLM.chat`: one conversation or a list of them, rendered with the tokenizer's chat
-        template (or `chat_template`; generation prompt appended unless `add_generation_prompt=False`,
-        `continue_final_message`, `chat_template_kwargs` and `tools` passed to it), then generated.
+        """vLLM's `LLM.chat` (its arguments in its order): one conversation or a list of them, rendered with
+        the tokenizer's chat template (or `chat_template`; generation prompt appended unless
+        `add_generation_prompt=False`, `continue_final_message`, `chat_template_kwargs` and `tools` passed
+        to it), then generated.
 
         Each message goes to the template whole, as JSON (tool calls, tool results, `name`, content
         parts, reasoning content); a value that is not JSON is refused naming its field. The prompt
         ids equal the tokenizer's own `apply_chat_template`, and `.prompt` is the rendered text.
+        `chat_template_content_format` ("auto" | "string" | "openai", inputs/content_format.py) reshapes
+        each `content` as vLLM does; None (the default) passes it as given, as the server does.
+        `tokenization_kwargs` as vLLM's (special tokens not added unless asked, inputs/tokenization_kwargs.py).
         """
         params = params_or_sampling_params(params, sampling_params)
         check_lora_request(lora_request)
+        if mm_processor_kwargs:
+            raise ValueError(
+                "mm_processor_kwargs: not supported; images are processed with the model's defaults"
+            )
         options = ChatTemplateOptions(
             chat_template, add_generation_prompt, continue_final_message, chat_template_kwargs
+        )
+        tokenizing = tokenization_options(
+            tokenization_kwargs, chat=True, max_model_len=self.engine.max_model_len
         )
         single = is_conversation(messages)
         conversations = [messages] if single else messages
         if not isinstance(conversations, (list, tuple)) or not conversations:
             raise ValueError("messages: must be a conversation (a list of messages) or a list of them")
         listed = tools_json(options.tools(tools))
-        max_chars = self.max_prompt_chars if self.tokenizer is not None else None
-        token_prompts, texts, images = [], [], []
-        for i, conversation in enumerate(conversations):
-            field = "messages" if single else f"messages[{i}]"
-            conversation, taken = chat_images(
-                self.engine.images, conversation, field
-            )  # multimodal/llm_images.py
-            turns = conversation_json(conversation, field, images=bool(taken))
-            ids, text = tokenize_chat(self.tokenizer, turns, max_chars, listed, options.template_kwargs())
-            images.append(self.engine.images.build(ids, taken, field) if taken else None)
-            token_prompts.append(images[-1].prompt_token_ids if taken else ids)  # placeholders expanded
-            texts.append(text)
+        content_format = template_content_format(
+            self.tokenizer, chat_template_content_format, chat_template, listed
+        )
+        token_prompts, texts, images = chat_prompts(  # inputs/chat_render.py
+            self, conversations, single, listed, options.template_kwargs(), content_format, tokenizing
+        )
         return self._generate_ids(token_prompts, params, texts, use_tqdm, images)
 
     def score(
@@ -188,7 +212,8 @@ class LLM:
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
         pending = set(request_ids)
-        with tqdm(total=len(request_ids), disable=not use_tqdm, desc="generate", unit="prompt") as bar:
+        bar_type = use_tqdm if callable(use_tqdm) else tqdm  # vLLM's use_tqdm: a bool or a tqdm factory
+        with bar_type(total=len(request_ids), disable=not use_tqdm, desc="generate", unit="prompt") as bar:
             while pending:
                 for delta in self.engine.step():
                     result = results.setdefault(delta.request_id, delta)
@@ -201,17 +226,6 @@ class LLM:
         for result in results.values():
             result.outputs.sort(key=lambda c: c.index)
         return [results[r] for r in request_ids]
-
-    def _tokenize(self, inputs: list[PromptInput]) -> list[list[int]]:
-        out = []
-        for i, prompt in enumerate(inputs):
-            if prompt.token_ids is not None:
-                out.append(prompt.token_ids)
-            elif self.tokenizer is None:
-                raise ValueError(f"prompts[{i}] is text but the model has no tokenizer; pass token ids")
-            else:
-                out.append(tokenize_text(self.tokenizer, prompt.text, self.max_prompt_chars, f"prompts[{i}]"))
-        return out
 
     def resume_aborted(
         self, outputs: list[RequestOutput], params: SamplingParams, use_tqdm: bool = False

@@ -179,7 +179,7 @@ class GenerateCall:
             )
         outputs = [samples[i] for i in sorted(samples)]
         asked = self.params.prompt_logprobs is not None
-        entries = prompt_logprobs_from_proto(list(head.prompt_logprobs) if head else [], asked)
+        entries = prompt_logprobs_from_proto(list(head.prompt_logprobs) if head else [], asked, prompt_ids[k])
         cached = head.num_cached_tokens if head is not None and head.HasField("num_cached_tokens") else None
         return RequestOutput(message.request_id, prompt_ids[k], outputs, True, None, entries, cached)
 

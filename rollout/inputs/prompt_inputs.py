@@ -80,6 +80,32 @@ def check_lora_request(lora_request: object) -> None:
         )
 
 
+def check_priority(priority: object, num_prompts: int) -> None:
+    """vLLM's `priority` (one int per prompt, lower first) under its default "fcfs" policy: None or zeros.
+
+    rollout schedules first come, first served (vLLM's "fcfs"; no "priority" policy), so a non-zero value
+    is refused as vLLM refuses it without `scheduling_policy="priority"` (vLLM's LLMEngine.add_request:
+    "Got priority ... but Priority scheduling is not enabled."), before anything is queued.
+    """
+    if priority is None:
+        return
+    if isinstance(priority, (str, bytes)) or not isinstance(priority, (list, tuple)):
+        raise ValueError(
+            f"priority must be a list of integers, one per prompt, got {type(priority).__name__}"
+        )
+    if len(priority) != num_prompts:
+        raise ValueError(f"priority: {len(priority)} values for {num_prompts} prompts; give one per prompt")
+    for i, value in enumerate(priority):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"priority[{i}] must be an integer, got {value!r}")
+        if value != 0:
+            raise ValueError(
+                f"priority[{i}]: got priority {value} but priority scheduling is not enabled; rollout "
+                "schedules first come, first served (vLLM's default 'fcfs' policy), so only 0 is accepted; "
+                "nothing was generated"
+            )
+
+
 def _prompt_dict(prompt: Mapping[str, Any], field: str) -> PromptInput:
     for key in prompt:
         if key in MULTI_MODAL_KEYS:

@@ -45,18 +45,25 @@ def check_text_chars(num_chars: int, limit: int | None, field: str) -> None:
         )
 
 
-def tokenize_text(tokenizer: Any, text: str, max_chars: int | None = None, field: str = "text") -> list[int]:
-    """`tokenizer(text)`, with one BOS, not two, when the text already starts with it.
+def tokenize_text(
+    tokenizer: Any,
+    text: str,
+    max_chars: int | None = None,
+    field: str = "text",
+    encode_kwargs: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """`tokenizer(text, **encode_kwargs)`, with one BOS, not two, when the text already starts with it.
 
     A chat template rendered to text usually begins with the BOS token, and the tokenizer adds its
     own in front: the model would see a prompt it was never trained on (vLLM drops the duplicate).
+    `encode_kwargs`: vLLM's tokenization_kwargs as tokenizer keywords (inputs/tokenization_kwargs.py).
     """
     if tokenizer is None:
         raise ValueError("text prompts need a tokenizer, and the model has none; send token ids")
     check_text_chars(len(text), max_chars, field)
     check_unicode(field, text)
     with _TOKENIZER_LOCK:
-        ids = list(tokenizer(text)["input_ids"])
+        ids = list(tokenizer(text, **(encode_kwargs or {}))["input_ids"])
     bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
     if bos and bos_id is not None and text.startswith(bos) and ids[:2] == [bos_id, bos_id]:
         del ids[0]

@@ -60,9 +60,9 @@ def test_processors_and_prompt_logprobs_over_grpc_equal_offline_streamed_and_bat
         assert [(s.token_ids, s.token_logprobs) for s in got.outputs] == [
             (s.token_ids, s.token_logprobs) for s in want.outputs
         ]
-    assert [prompt_logprobs_from_proto(r.prompt_logprobs, True) for r in batch.results] == [
-        e.prompt_logprobs for e in expected
-    ]
+    assert [
+        prompt_logprobs_from_proto(r.prompt_logprobs, True, list(r.prompt_token_ids)) for r in batch.results
+    ] == [e.prompt_logprobs for e in expected]
 
 
 @pytest.mark.parametrize(

@@ -47,15 +47,20 @@ def collect(request: Request, logits: torch.Tensor, positions: range) -> None:
     ranks = [int(r) for r in torch.ge(logprobs, chosen, out=torch.empty_like(logprobs)).sum(dim=-1).tolist()]
     k = request.params.prompt_logprobs
     top = logprobs.topk(k) if k else None
-    top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
+    none: list[list] = [[] for _ in targets]
+    top_ids, top_values = (top.indices.tolist(), top.values.tolist()) if top is not None else (none, none)
     for i, (token, value) in enumerate(zip(targets, chosen[:, 0].tolist(), strict=True)):
-        best = list(zip(top_ids[i], top_values[i], strict=True)) if k else []
-        rank = next((j + 1 for j, (tok, _) in enumerate(best) if tok == token), ranks[i])
-        entry = {tok: Logprob(v, j + 1) for j, (tok, v) in enumerate(best)}
-        entry.setdefault(
-            token, Logprob(value, rank)
-        )  # the top k, plus the prompt token (k or k + 1, as vLLM)
-        request.prompt_logprobs.append(entry)
+        request.prompt_logprobs.append(_entry(token, Logprob(value, ranks[i]), top_ids[i], top_values[i]))
+
+
+def _entry(token: int, own: Logprob, top_ids: list[int], top_values: list[float]) -> dict[int, Logprob]:
+    """vLLM's dict for one position (vllm/logprobs.py, append_logprobs_for_next_position): the prompt token's
+    own entry first, then the top k with ranks 1..k; a prompt token among the top k keeps its first place and
+    takes its top-k entry (vLLM's second insert overwrites the value, not the key's place): k or k + 1 keys."""
+    entry = {token: own}
+    for j, (tok, value) in enumerate(zip(top_ids, top_values, strict=True)):
+        entry[tok] = Logprob(value, j + 1)
+    return entry
 
 
 def take_rows(logits: torch.Tensor, items: list[tuple[Request, range, bool]]) -> torch.Tensor:

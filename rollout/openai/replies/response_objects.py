@@ -2,7 +2,9 @@
 
 Beyond OpenAI's fields every response carries `prompt_token_ids`, and every choice its sampled
 `token_ids` (vLLM's `return_token_ids` names), `weight_version` and `weight_versions` (spans: first
-token index, version that sampled it). Logprobs are the engine's, per sampled token. Runs on the
+token index, version that sampled it), and with logprobs `logprobs_mode` (what they hold: vLLM's
+"processed_logprobs" | "raw_logprobs" | "processed_logits" | "raw_logits"). Logprobs are the engine's,
+per sampled token. Runs on the
 HTTP worker threads (detokenizing and tool parsing never run on the engine loop's thread).
 """
 
@@ -11,9 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.detokenize.token_bytes import token_bytes
+from rollout.detokenize.tokenizer_lock import TOKENIZER_LOCK
 from rollout.openai.tools.tool_parsers import PARSERS
 from rollout.outputs import CompletionOutput
 from rollout.protocol.prompts import detokenize, token_texts
+
+LOGPROB_FLOOR = -9999.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class ReplyOptions:
     token_ids: bool = True
     skip_special_tokens: bool = True
     named_tool: bool = False  # tool_choice named one function: finish_reason stays "stop" (OpenAI's, vLLM's)
+    logprobs_mode: str | None = None  # the request's (or the server's default) vLLM logprobs mode
 
 
 def chat_choice(sample: CompletionOutput, index: int, opts: ReplyOptions) -> dict[str, Any]:
@@ -84,6 +91,8 @@ def extensions(sample: CompletionOutput, opts: ReplyOptions) -> dict[str, Any]:
     }
     if opts.token_ids:
         fields["token_ids"] = list(sample.token_ids)
+    if opts.logprobs:  # what the returned logprobs hold: vLLM's mode names (docs/openai.md)
+        fields["logprobs_mode"] = sample.logprobs_mode or opts.logprobs_mode
     return fields
 
 
@@ -93,12 +102,24 @@ def chat_logprobs(
     """Chat's `logprobs.content` entries for these tokens (a whole sample's, or a stream chunk's)."""
     texts = token_texts(opts.tokenizer, token_ids)
     entries = []
-    for i, (text, logprob) in enumerate(zip(texts, logprobs, strict=True)):
-        entry = {"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []}
-        for alt, alt_logprob in _top(tops, i, opts):
-            entry["top_logprobs"].append({"token": alt, "logprob": alt_logprob, "bytes": list(alt.encode())})
+    for i, (token, text, logprob) in enumerate(zip(token_ids, texts, logprobs, strict=True)):
+        entry = {
+            "token": text,
+            "logprob": _floor(logprob),
+            "bytes": _bytes(opts, token, text),
+            "top_logprobs": [],
+        }
+        for alt_id, alt, alt_logprob in _top(tops, i, opts):
+            alt_entry = {"token": alt, "logprob": _floor(alt_logprob), "bytes": _bytes(opts, alt_id, alt)}
+            entry["top_logprobs"].append(alt_entry)
         entries.append(entry)
     return entries
+
+
+def _bytes(opts: ReplyOptions, token_id: int, text: str) -> list[int]:
+    """The token's true UTF-8 bytes, a partial character's included (detokenize/token_bytes.py)."""
+    with TOKENIZER_LOCK:
+        return token_bytes(opts.tokenizer, token_id, text)
 
 
 def completion_logprobs(
@@ -115,14 +136,28 @@ def completion_logprobs(
     for text in texts:
         offsets.append(offset)
         offset += len(text)
-    top = [dict(_top(tops, i, opts)) for i in range(len(texts))] if opts.top_logprobs else None
-    return {"tokens": texts, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
+    top = (
+        [{t: _floor(lp) for _, t, lp in _top(tops, i, opts)} for i in range(len(texts))]
+        if opts.top_logprobs
+        else None
+    )
+    values = [_floor(v) for v in logprobs]
+    return {"tokens": texts, "token_logprobs": values, "top_logprobs": top, "text_offset": offsets}
 
 
-def _top(tops: list[dict[int, float]] | None, position: int, opts: ReplyOptions) -> list[tuple[str, float]]:
-    """The k most likely tokens at `position` (the engine adds the sampled one when it is not among them)."""
+def _floor(logprob: float) -> float:
+    """JSON has no -inf (a token a processor dropped): vLLM's floor, max(logprob, -9999.0) (serving_chat.py,
+    serving_completion.py), so such a reply is written rather than failing."""
+    return max(logprob, LOGPROB_FLOOR)
+
+
+def _top(
+    tops: list[dict[int, float]] | None, position: int, opts: ReplyOptions
+) -> list[tuple[int, str, float]]:
+    """(id, text, logprob) of the k most likely tokens at `position` (the engine adds the sampled one when
+    it is not among them)."""
     if not opts.top_logprobs or not tops:
         return []
     ranked = sorted(tops[position].items(), key=lambda item: -item[1])[: opts.top_logprobs]
     texts = token_texts(opts.tokenizer, [token for token, _ in ranked])
-    return [(text, logprob) for text, (_, logprob) in zip(texts, ranked, strict=True)]
+    return [(token, text, logprob) for text, (token, logprob) in zip(texts, ranked, strict=True)]

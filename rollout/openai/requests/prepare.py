@@ -27,6 +27,7 @@ from rollout.openai.tools.forced_calls import ForcedCalls, forced_calls
 from rollout.openai.tools.template_spelling import template_spelling
 from rollout.protocol.prompts import text_char_limit, tokenize_chat, tokenize_text
 from rollout.sampling_params import SamplingParams
+from rollout.sampling_params.logprobs_modes import canonical_mode
 from rollout.server.admission import too_many_prompts
 from rollout.server.handle import Submission
 
@@ -152,7 +153,14 @@ class Preparer:
     ) -> ReplyOptions:
         named = forced is not None and forced.named
         token_ids = req.return_token_ids is not False
-        return ReplyOptions(self.tokenizer, parser, logprobs, top, token_ids, req.skip_special_tokens, named)
+        mode = (
+            self.engine.config.logprobs_mode
+            if req.logprobs_mode is None
+            else canonical_mode(req.logprobs_mode)
+        )
+        return ReplyOptions(
+            self.tokenizer, parser, logprobs, top, token_ids, req.skip_special_tokens, named, mode
+        )
 
 
 def _prefix_fields(

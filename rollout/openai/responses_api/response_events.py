@@ -76,6 +76,7 @@ class ResponseEvents:
             final["token_ids"],
             final["weight_version"],
             final["weight_versions"],
+            final.get("logprobs_mode"),
         )
 
     def closing(self, response: dict[str, Any]) -> list[Event]:

@@ -4,7 +4,8 @@ Output items: a `message` with one `output_text` when the reply has content (non
 calls), then a `function_call` per parsed call (`call_id` the chat call's id). `status` is "completed",
 "incomplete" with `incomplete_details.reason: "max_output_tokens"` when the sample ran out of tokens,
 "cancelled" when it was aborted. Beyond OpenAI's fields the Response carries `prompt_token_ids`,
-`token_ids`, `token_logprobs` (when logprobs are asked: every sampled token's, tool-call tokens too),
+`token_ids`, `token_logprobs` and `logprobs_mode` (when logprobs are asked: every sampled token's, tool-call
+tokens too, and what they hold),
 `weight_version`, `weight_versions`, `finish_reason` (the engine's) and, for re-rendered conversations,
 `prefix_stable` / `prefix_break`, as chat does. `output_text.logprobs` lists every sampled token too.
 """
@@ -30,6 +31,7 @@ class Reply:
     token_ids: list[int]
     weight_version: int
     weight_versions: list[list[int]]
+    logprobs_mode: str | None = None  # what `logprobs` hold (vLLM's mode names), when asked
 
     @classmethod
     def of_choice(cls, choice: dict[str, Any]) -> Reply:
@@ -44,6 +46,7 @@ class Reply:
             choice["token_ids"],
             choice["weight_version"],
             choice["weight_versions"],
+            choice.get("logprobs_mode"),
         )
 
     @property
@@ -146,6 +149,7 @@ def finished_response(
         fields |= {"prompt_token_ids": prompt_ids, "token_ids": reply.token_ids}
     if reply.logprobs is not None:
         fields["token_logprobs"] = [entry["logprob"] for entry in reply.logprobs]
+        fields["logprobs_mode"] = reply.logprobs_mode
     return head | fields | extensions
 
 

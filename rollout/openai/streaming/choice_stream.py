@@ -132,11 +132,12 @@ class ChoiceStream:
         if self.chat:
             entries = chat_logprobs(ids, logprobs, tops, self.opts) if self.opts.logprobs else None
             delta = {"content": piece} if piece else {}
-            return {
+            chunk = {
                 "index": self.index,
                 "delta": delta,
                 "logprobs": None if entries is None else {"content": entries},
             }
+            return chunk | self._mode()
         found = (
             completion_logprobs(ids, logprobs, tops, self.opts, self.text_offset)
             if self.opts.logprobs
@@ -144,7 +145,11 @@ class ChoiceStream:
         )
         if found is not None:
             self.text_offset += sum(len(t) for t in found["tokens"])
-        return {"index": self.index, "text": piece, "logprobs": found}
+        return {"index": self.index, "text": piece, "logprobs": found} | self._mode()
+
+    def _mode(self) -> dict[str, Any]:
+        """What a chunk's logprobs hold (the final chunk's extensions state the sample's own)."""
+        return {"logprobs_mode": self.opts.logprobs_mode} if self.opts.logprobs else {}
 
 
 def _stop_hold(params: SamplingParams) -> int:
