@@ -80,7 +80,8 @@ def _auth(request: Request) -> tuple[tuple[str, str], ...]:
 
 async def _answer(work: Any) -> Response:
     try:
-        return JSONResponse(await asyncio.to_thread(work))
+        # run_in_executor, not to_thread: Serve's request context must not follow the handle calls
+        return JSONResponse(await asyncio.get_running_loop().run_in_executor(None, work))
     except FleetSleepError as err:
         status, kind = _STATUS.get(err.code, (503, "ServiceUnavailableError"))
         return JSONResponse(error_body(str(err), kind, status), status_code=status)
