@@ -10,6 +10,7 @@ message, whole; each carries its own weight versions).
 
 from __future__ import annotations
 
+import hashlib
 import random
 import uuid
 from collections.abc import Iterator
@@ -49,13 +50,18 @@ def grpc_call(method: str, request: Any, context: grpc.ServicerContext, prefix: 
 
 
 def seeded(request: Any) -> Any:
-    """A Generate/GenerateBatch request with a request id and a seed (a retry elsewhere is the same)."""
+    """A Generate/GenerateBatch request with a request id and a seed (a retry elsewhere is the same).
+
+    A request id the caller chose gives the seed (a client retrying it gets the same samples, as one
+    server answers a retry with the samples it made); without one, the seed is random."""
     out = type(request)()
     out.CopyFrom(request)
+    if not out.params.HasField("seed"):
+        named = out.request_id
+        digest = hashlib.sha256(named.encode()).digest() if named else None
+        out.params.seed = int.from_bytes(digest[:4], "big") >> 1 if digest else random.getrandbits(31)
     if not out.request_id:
         out.request_id = uuid.uuid4().hex
-    if not out.params.HasField("seed"):
-        out.params.seed = random.getrandbits(31)
     return out
 
 

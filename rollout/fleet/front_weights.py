@@ -10,6 +10,7 @@ trainer on the replica's host, which the front cannot promise: UNIMPLEMENTED.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,9 +19,9 @@ from typing import Any
 import grpc
 import ray
 
-from rollout.fleet import group_fanout
 from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.fleet_update import FleetUpdateError, push_to_fleet
+from rollout.fleet.group_fanout import close_group, init_group, update_from_group
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
 from rollout.protocol.weights_wire import base_to_proto, manifest_from_proto
 from rollout.server.update_commit import CallerGoneError, UpdateRequest
@@ -83,13 +84,13 @@ class FrontWeights(weights_pb2_grpc.WeightSyncServiceServicer):
         )
 
     def InitWeightGroup(self, request, context):
-        return _run(group_fanout.init_group(self.front, request, context))
+        return _run(init_group(self.front, request, context))
 
     def UpdateWeightsFromGroup(self, request, context):
-        return _run(group_fanout.update_from_group(self.front, request, context))
+        return _run(update_from_group(self.front, request, context))
 
     def CloseWeightGroup(self, request, context):
-        return _run(group_fanout.close_group(self.front, request, context))
+        return _run(close_group(self.front, request, context))
 
     def held(self) -> WeightBase:
         """The base every replica holds, as the fleet names it."""
@@ -112,8 +113,6 @@ def _fleet_policy(update: UpdateRequest) -> str:
 
 def _run(coroutine: Any) -> Any:
     """group_fanout's coroutines on this RPC thread (the front's server is a threaded one)."""
-    import asyncio
-
     return asyncio.run(coroutine)
 
 
