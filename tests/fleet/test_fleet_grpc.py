@@ -65,6 +65,13 @@ def client(fleet: ServeFleet) -> Iterator[RolloutClient]:
         yield c
 
 
+@pytest.fixture
+def wakes_after(fleet: ServeFleet) -> Iterator[None]:
+    """A sleep test that fails leaves no replica asleep for the tests after it."""
+    yield
+    fleet.wake_up()
+
+
 def _offline(model: torch.nn.Module | str, model_dir: Path) -> list[list[int]]:
     llm = LLM(model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False))
     return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)]
@@ -197,7 +204,7 @@ def _direct_sleep_states(fleet: ServeFleet) -> list[bool]:
 
 
 def test_sleep_and_wake_fan_out_from_servefleet_the_openai_ingress_and_the_grpc_front(
-    fleet: ServeFleet, client: RolloutClient
+    fleet: ServeFleet, client: RolloutClient, wakes_after: None
 ) -> None:
     import httpx
 
@@ -229,7 +236,7 @@ def test_sleep_and_wake_fan_out_from_servefleet_the_openai_ingress_and_the_grpc_
 
 
 def test_a_replica_refusing_to_sleep_wakes_the_others_and_the_error_names_it(
-    fleet: ServeFleet, client: RolloutClient
+    fleet: ServeFleet, client: RolloutClient, wakes_after: None
 ) -> None:
     import httpx
 
