@@ -66,6 +66,11 @@ class FleetFront:
         self.server = _build_server(self)
         self.server.start()
 
+    @property
+    def boot_id(self) -> str:
+        """The boot id the front answers with (group_fanout.py names its bases by it)."""
+        return self.fleet_id
+
     def replicas(self) -> list[str]:
         return live_replicas(self.spec.app_name)
 
@@ -97,6 +102,8 @@ class FrontRollout(pb_grpc.RolloutServiceServicer):
         body = forward_unary(self.front, grpc_call(SERVICE + "GetServerInfo", request, context), context)
         info = pb.GetServerInfoResponse.FromString(body)
         info.boot_id = self.front.fleet_id
+        if "weight_group_ranks" in info.DESCRIPTOR.fields_by_name:  # a client gives the front one group
+            info.weight_group_ranks = len(self.front.replicas())  # rank per replica (group_fanout.py)
         return info
 
     def ResetPrefixCache(self, request, context):
