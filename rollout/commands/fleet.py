@@ -1,9 +1,9 @@
-"""`rollout fleet serve --replicas N`: N engine replicas on Ray Serve behind one OpenAI endpoint.
+"""`rollout fleet serve --replicas N`: N engine replicas on Ray Serve behind one OpenAI endpoint and one gRPC address.
 
 Model and engine flags are `rollout serve`'s, passed on to every replica (checked here first, before
 Ray starts). Ray is started locally unless `--ray-address` names a cluster. The OpenAI API is served
-on `--openai-port` (Ray Serve's HTTP proxy); each replica's gRPC address is printed for a
-`RolloutClient` (docs/fleet.md says why there is no single gRPC address).
+on `--openai-port` (Ray Serve's HTTP proxy), the fleet's gRPC address on `--port` (a `RolloutClient`
+takes it like a server's: rollout/fleet/grpc_front.py); each replica's own address is printed too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import signal
 import threading
 
 from rollout.commands.arg_types import non_negative_float, positive_float, positive_int
-from rollout.commands.ports import port_number
+from rollout.commands.ports import check_bindable, port_number
 from rollout.commands.usage import UsageError
 
 
@@ -21,10 +21,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("fleet", help="one endpoint over N replicas on Ray Serve")
     commands = parser.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
     serve = commands.add_parser(
-        "serve", help="serve N replicas behind one OpenAI endpoint (other flags: rollout serve's)"
+        "serve",
+        help="serve N replicas behind one OpenAI endpoint and one gRPC address (other flags: rollout serve's)",
     )
     serve.add_argument("--replicas", type=positive_int, required=True, help="engine replicas")
     serve.add_argument("--openai-port", type=port_number, default=8000, help="the OpenAI API (default 8000)")
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        default=50051,
+        help="the fleet's gRPC address for RolloutClient: generate, score, pushes, sleep (default 50051)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     serve.add_argument("--token", help="require 'authorization: Bearer <token>' (required off loopback)")
     serve.add_argument("--num-cpus", type=positive_float, default=1.0, help="CPUs per replica (default 1)")
@@ -39,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     serve_args = list(args.args)
     _check_serve_args(serve_args)
+    check_bindable(args.host, args.port, "--port")
     from rollout.fleet import ServeFleet
 
     ray_init = {"address": args.ray_address} if args.ray_address else {}
@@ -47,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             args.replicas,
             serve_args,
             openai_port=args.openai_port,
+            grpc_port=args.port,
             host=args.host,
             token=args.token,
             num_cpus=args.num_cpus,
@@ -59,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     with fleet:
         replicas = fleet.wait_for_replicas()
         print(f"rollout fleet openai api on {fleet.base_url}", flush=True)
+        print(f"rollout fleet grpc on {fleet.grpc_address}", flush=True)
         for replica in replicas:
             print(f"rollout fleet replica {replica['replica']} grpc on {replica['grpc_address']}", flush=True)
         _wait_for_signal()

@@ -1,5 +1,6 @@
 """Fleets of rollout servers on a Ray cluster: `Fleet(num_servers=M).start().client()`, or one
-endpoint over Ray Serve replicas: `ServeFleet(replicas=N).start().base_url` (serve_fleet.py).
+endpoint over Ray Serve replicas: `ServeFleet(replicas=N, grpc_port=G).start()`, its `base_url`
+(OpenAI) and `grpc_address` (RolloutClient) (serve_fleet.py).
 
 An optional layer (`pip install "rollout[ray]"`): it places ordinary `rollout serve` processes as
 Ray actors with their resources and hands back an ordinary `RolloutClient` over all of them; nothing

@@ -16,7 +16,7 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from rollout.fleet.prefix_index import PrefixIndex
-from rollout.fleet.replica_calls import OpenAICall, Targeted
+from rollout.fleet.replica_calls import GrpcCall, OpenAICall, Targeted
 from rollout.fleet.routing_policy import RoutingInputs, rank_replicas
 
 MAX_SESSIONS = 100_000
@@ -64,7 +64,7 @@ class CacheAffinityRouter(RequestRouter):
             loads[name] = (
                 queued if queued is not None else replica.routing_stats.get("num_requests_unfinished", 0)
             )
-        if not isinstance(call, OpenAICall):
+        if not isinstance(call, (OpenAICall, GrpcCall)):
             return RoutingInputs(list(by_id), loads, {})
         matched = self.index.match(self.index.keys(call.prefix_text()), by_id)
         session = self.sessions.get(call.session) if call.session else None
@@ -72,7 +72,7 @@ class CacheAffinityRouter(RequestRouter):
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         call = _first_arg(pending_request)
-        if not isinstance(call, OpenAICall) or self.round_robin:
+        if not isinstance(call, (OpenAICall, GrpcCall)) or self.round_robin:
             return
         self.index.insert(self.index.keys(call.prefix_text()), replica_id.unique_id)
         if call.session:

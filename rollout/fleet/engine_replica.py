@@ -21,7 +21,9 @@ from ray import serve
 
 from rollout.fleet.fleet_payload import FleetPayload, read_disk
 from rollout.fleet.group_member import GroupMember
-from rollout.fleet.replica_calls import ForwardedReply, OpenAICall, Targeted
+from rollout.fleet.replica_calls import ForwardedReply, GrpcCall, GrpcReply, OpenAICall, Targeted
+from rollout.fleet.replica_grpc import ReplicaGrpc
+from rollout.fleet.replica_sleep import sleep_like_fleet
 from rollout.fleet.weight_ledger import ledger_updates
 from rollout.fleet.weight_stage import StagedUpdate, WeightStage
 
@@ -44,10 +46,12 @@ class EngineReplica:
         self.loop = self.server.loop
         self.stage = WeightStage(self.loop)
         self.http = httpx.AsyncClient(base_url=self.openai_server.base_url, timeout=None)
+        self.grpc = ReplicaGrpc(_loopback(self.server.address))
         self.replica_id = serve.get_replica_context().replica_id
         self.group_member = GroupMember(self.loop, self.stage, spec.ledger, self.replica_id.unique_id)
         if spec.ledger is not None:
             _catch_up(self.loop, spec.ledger)
+            sleep_like_fleet(self.loop, spec.ledger)
 
     # ---- OpenAI requests (routed by CacheAffinityRouter) ------------------------------------------
 
@@ -65,6 +69,19 @@ class EngineReplica:
             async for chunk in reply.aiter_raw():
                 yield chunk
 
+    # ---- gRPC calls of the fleet's front (grpc_front.py): routed, or Targeted ----------------------
+
+    async def grpc_unary(self, call: GrpcCall | Targeted) -> GrpcReply:
+        if isinstance(call, Targeted):  # control calls (sleep, reset, abort) pass a held gate
+            return await self.grpc.unary(call.payload)
+        await self.stage.wait_open()
+        return await self.grpc.unary(call)
+
+    async def grpc_stream(self, call: GrpcCall) -> AsyncIterator[bytes | GrpcReply]:
+        await self.stage.wait_open()
+        async for item in self.grpc.stream(call):
+            yield item
+
     # ---- one replica at a time (Targeted) --------------------------------------------------------
 
     def describe(self, _: Targeted) -> dict[str, Any]:
@@ -77,7 +94,11 @@ class EngineReplica:
         }
 
     def stats(self, _: Targeted) -> dict[str, Any]:
-        return self.loop.stats() | {"weight_version": self.loop.engine.weight_version}
+        engine = self.loop.engine
+        return self.loop.stats() | {
+            "weight_version": engine.weight_version,
+            "sleep_level": engine.memory.level,
+        }
 
     def metrics_text(self, _: Targeted) -> str:
         return self.server.metrics.render()
@@ -193,6 +214,11 @@ def _catch_up(loop: Any, ledger_name: str) -> None:
 
 def _replay(update: StagedUpdate, engine: Any) -> int:
     return engine.update_weights(update.tensors, update.version, "wait", update.lora, update.base_version)
+
+
+def _loopback(address: str) -> str:
+    host, port = address.rsplit(":", 1)
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "::") else address
 
 
 def _reachable(address: str) -> str:

@@ -2,7 +2,7 @@
 
 Prometheus text from each replica's stats (`EngineLoop.stats()` plus its weight version), so one
 scrape of the fleet's endpoint shows whether routing keeps prefixes where their blocks are (the hit
-rate), whether load is even, and whether every replica serves the same version.
+rate), whether load is even, whether every replica serves the same version, and which sleep.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ PER_REPLICA = (
     ("rollout_fleet_replica_requests_unfinished", "gauge", "num_requests_unfinished"),
     ("rollout_fleet_replica_running_seqs", "gauge", "num_running_seqs"),
     ("rollout_fleet_replica_weight_version", "gauge", "weight_version"),
+    ("rollout_fleet_replica_sleep_level", "gauge", "sleep_level"),  # 0: awake
     ("rollout_fleet_replica_prefix_hit_tokens_total", "counter", "num_prefix_hit_tokens"),
     ("rollout_fleet_replica_prompt_tokens_computed_total", "counter", "num_prompt_tokens_computed"),
     ("rollout_fleet_replica_generated_tokens_total", "counter", "num_generated_tokens"),

@@ -7,7 +7,8 @@ same tokens (the engine's seeded sampling does not depend on the batch): nothing
 caller sees one reply. A stream whose replica dies after its first byte is replayed on another and
 spliced (stream_failover.py): the caller's stream goes on where it was, exactly, or ends with an
 error event when the replay is not the same sample. /metrics is the fleet's
-(fleet_metrics.py), /v1/models any replica's.
+(fleet_metrics.py), /v1/models any replica's; /sleep, /wake_up and /is_sleeping the fleet's
+(ingress_sleep.py). With a FrontSpec, the replica also serves the fleet's gRPC address (grpc_front.py).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations as types.
@@ -23,6 +24,8 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import ReplicaUnavailableError
 
 from rollout.fleet.fleet_metrics import render_fleet_metrics
+from rollout.fleet.grpc_front import FleetFront, FrontSpec
+from rollout.fleet.ingress_sleep import FleetSleepRoutes
 from rollout.fleet.replica_calls import (
     FORWARDED_HEADERS,
     SESSION_HEADER,
@@ -38,9 +41,12 @@ MAX_ATTEMPTS = 3
 LOST = (RayActorError, ReplicaUnavailableError)
 
 
-def ingress_deployment(app_name: str, num_cpus: float, token: str | None = None) -> Any:
-    """The ingress deployment class for the application `app_name`; with `token`, /metrics asks for it
-    as each replica asks for it on the OpenAI routes (the ingress forwards the header)."""
+def ingress_deployment(
+    app_name: str, num_cpus: float, token: str | None = None, ledger: str = "", front: FrontSpec | None = None
+) -> Any:
+    """The ingress deployment class for the application `app_name`; with `token`, /metrics and the
+    sleep routes ask for it as each replica asks for it on the OpenAI routes (the ingress forwards
+    the header). `ledger`: the fleet's ledger actor; `front`: where to serve the fleet's gRPC."""
     app = FastAPI()
 
     @serve.deployment(ray_actor_options={"num_cpus": num_cpus}, max_ongoing_requests=10_000)
@@ -48,6 +54,26 @@ def ingress_deployment(app_name: str, num_cpus: float, token: str | None = None)
     class FleetIngress:
         def __init__(self, engine: Any) -> None:
             self.engine = engine
+            self.sleep = FleetSleepRoutes(engine, app_name, ledger, token)
+            self.front = FleetFront(front, engine) if front is not None else None
+
+        def __del__(self) -> None:
+            if getattr(self, "front", None) is not None:
+                self.front.stop()
+
+        @app.post("/sleep")
+        async def sleep_route(
+            self, request: Request, level: int = 1, abort_running: bool = False
+        ) -> Response:
+            return await self.sleep.sleep(request, level, abort_running)
+
+        @app.post("/wake_up")
+        async def wake_up_route(self, request: Request) -> Response:
+            return await self.sleep.wake_up(request, request.query_params.getlist("tags") or None)
+
+        @app.get("/is_sleeping")
+        async def is_sleeping_route(self, request: Request) -> Response:
+            return await self.sleep.is_sleeping(request)
 
         @app.post("/v1/chat/completions")
         async def chat(self, request: Request) -> Response:

@@ -1,6 +1,7 @@
 """What the fleet sends its engine replicas through Ray Serve, and what the router reads of it.
 
-`OpenAICall` is one OpenAI request (the router reads its session key and prefix text); `Targeted`
+`OpenAICall` is one OpenAI request and `GrpcCall` one gRPC call of the fleet's gRPC front, as bytes
+(the router reads their session key and prefix text); `GrpcReply` a replica's gRPC answer; `Targeted`
 addresses one replica by id (weight staging and commits, stats, metrics: every replica in turn),
 which the router honours exactly (affinity_router.py).
 """
@@ -63,3 +64,27 @@ class Targeted:
 
     replica: str
     payload: Any = None
+
+
+@dataclass(frozen=True)
+class GrpcCall:
+    """One RPC for a replica's own gRPC server: its full method name and serialized request."""
+
+    method: str  # e.g. "/rollout.v1.RolloutService/Generate"
+    request: bytes
+    metadata: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None  # what remains of the caller's deadline
+    session: str | None = None  # the x-session-id metadata
+    prefix: str = ""  # what the router matches cached prefixes by (grpc_routing.py)
+
+    def prefix_text(self) -> str:
+        return self.prefix
+
+
+@dataclass(frozen=True)
+class GrpcReply:
+    """A replica's answer to a GrpcCall: `code` is a grpc.StatusCode name ("OK" with the body)."""
+
+    code: str
+    details: str = ""
+    body: bytes = b""

@@ -2,10 +2,11 @@
 
 `ServeFleet(replicas=2, serve_args=[...]).start()` (Ray started locally when none is running) deploys
 EngineReplica x N with CacheAffinityRouter and FleetIngress on Ray Serve's HTTP proxy at
-`base_url`; `client()` is a RolloutClient over the replicas' gRPC addresses (Ray Serve's gRPC proxy
-routes each call to one replica, so the client keeps its own balancing and failover over them);
-`update_weights` pushes to every replica atomically (fleet_update.py; over torch.distributed with this
-process as rank 0: group_push.py); `metrics()` is the fleet's.
+`base_url` and, with `grpc_port`, the fleet's one gRPC address `grpc_address` (grpc_front.py: a
+RolloutClient on it works as on one server); `client()` is a RolloutClient on that address (without
+one: over the replicas' own addresses). `update_weights` pushes to every replica atomically
+(fleet_update.py; over torch.distributed with this process as rank 0: group_push.py); `sleep`/`wake_up`/
+`is_sleeping` fan out (fleet_sleep.py); `metrics()` is the fleet's.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from rollout.client import RolloutClient
 from rollout.fleet.affinity_router import CacheAffinityRouter
 from rollout.fleet.engine_replica import EngineReplica, ReplicaSpec
 from rollout.fleet.fleet_payload import FleetPayload
+from rollout.fleet.fleet_sleep import fleet_state, sleep_fleet, sleep_states, wake_fleet
 from rollout.fleet.fleet_update import push_to_fleet
 from rollout.fleet.group_push import FleetGroup, GroupOptions
+from rollout.fleet.grpc_front import FrontSpec
 from rollout.fleet.ingress import ingress_deployment
 from rollout.fleet.replica_calls import Targeted
 from rollout.fleet.replica_names import DEPLOYMENT, live_replicas
@@ -38,7 +41,8 @@ FLEET_TRANSPORTS = ("ray", "disk", "distributed")
 
 class ServeFleet:
     """`serve_args`: `rollout serve` model and engine flags for every replica (no ports, host or
-    token: the fleet sets them). `openai_port` 0 picks a free one. `round_robin`: route without
+    token: the fleet sets them). `openai_port` 0 picks a free one; `grpc_port`: the fleet's gRPC address
+    (None: none, 0: a free port). `round_robin`: route without
     affinity (a baseline). `ray_init`: kwargs for the local Ray started when none is running."""
 
     def __init__(
@@ -46,6 +50,7 @@ class ServeFleet:
         replicas: int,
         serve_args: Sequence[str] = (),
         openai_port: int = 8000,
+        grpc_port: int | None = None,
         host: str = "127.0.0.1",
         token: str | None = None,
         num_cpus: float = 1.0,
@@ -65,6 +70,7 @@ class ServeFleet:
             raise ValueError(f"token: required when the fleet binds {host!r} (it accepts weight updates)")
         self.num_replicas, self.host, self.token, self.app_name = replicas, host, token, app_name
         self.openai_port = openai_port or _free_port(host)
+        self.grpc_port = grpc_port if grpc_port is None else grpc_port or _free_port(host)
         self.spec = ReplicaSpec(list(serve_args), host, token, f"{app_name}-ledger", torch_threads)
         self.resources = {"num_cpus": num_cpus, "num_gpus": num_gpus}
         self.router_kwargs = {"round_robin": round_robin, "imbalanced_threshold": imbalanced_threshold}
@@ -102,7 +108,10 @@ class ServeFleet:
                 request_routing_stats_period_s=1.0,
             ),
         )
-        ingress = ingress_deployment(self.app_name, num_cpus=0, token=self.token)
+        front = None
+        if self.grpc_port is not None:
+            front = FrontSpec(self.grpc_port, self.host, self.app_name, self.spec.ledger, self.token)
+        ingress = ingress_deployment(self.app_name, 0, self.token, self.spec.ledger, front)
         return ingress.bind(replica.bind(self.spec))
 
     @property
@@ -135,11 +144,40 @@ class ServeFleet:
 
     @property
     def grpc_addresses(self) -> list[str]:
+        """The replicas' own gRPC addresses."""
         return [d["grpc_address"] for d in self.describe()]
 
+    @property
+    def grpc_address(self) -> str | None:
+        """The fleet's one gRPC address (None without `grpc_port`)."""
+        if self.grpc_port is None:
+            return None
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"{host}:{self.grpc_port}"
+
     def client(self, **kwargs: Any) -> RolloutClient:
-        """A RolloutClient over the replicas' gRPC addresses (kwargs: its options)."""
-        return RolloutClient(self.grpc_addresses, token=self.token, **kwargs)
+        """A RolloutClient on the fleet's gRPC address, else over the replicas' (kwargs: its options)."""
+        return RolloutClient(self.grpc_address or self.grpc_addresses, token=self.token, **kwargs)
+
+    # ---- sleep mode, fleet-wide (fleet_sleep.py) -------------------------------------------------
+
+    def sleep(self, level: int = 1, abort_running: bool = False) -> int:
+        """Every replica sleeps, or none does (FleetSleepError naming the one that refused)."""
+        return sleep_fleet(self.handle, self.replicas, self._ledger, level, abort_running, self._auth())
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        wake_fleet(self.handle, self.replicas, self._ledger, tags, self._auth())
+
+    def is_sleeping(self) -> bool:
+        """True only when every replica sleeps (`sleep_states()`: each one's)."""
+        return fleet_state(self.sleep_states()).is_sleeping
+
+    def sleep_states(self) -> dict[str, Any]:
+        """Each live replica's IsSleepingResponse, by replica id."""
+        return sleep_states(self.handle, self.replicas(), self._auth())
+
+    def _auth(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
     def update_weights(
         self,

@@ -11,7 +11,7 @@ from rollout.cli import main
     ("argv", "named"),
     [
         (["fleet", "serve", "--replicas", "0"], "--replicas"),
-        (["fleet", "serve", "--replicas", "2", "--port", "5"], "--port"),
+        (["fleet", "serve", "--replicas", "2", "--port", "70000"], "--port"),
         (["fleet", "serve", "--replicas", "2", "--num-blocks", "-3"], "--num-blocks"),
         (["fleet", "serve"], "--replicas"),
     ],
