@@ -21,6 +21,7 @@ import ray
 
 from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.replica_calls import Targeted
+from rollout.fleet.replica_errors import error_text
 
 CONTROL_TIMEOUT_S = 120.0
 
@@ -163,7 +164,7 @@ def each(
         try:
             results[replica] = response.result(timeout_s=timeout_s)
         except Exception as exc:  # a replica's refusal or its death: named in the error
-            failed[replica] = f"{type(exc).__name__}: {exc}"
+            failed[replica] = error_text(exc)
     return results, failed
 
 

@@ -22,6 +22,7 @@ import ray
 from rollout.fleet.fleet_payload import FleetPayload
 from rollout.fleet.fleet_update import FleetUpdateError, push_to_fleet
 from rollout.fleet.group_fanout import close_group, init_group, update_from_group
+from rollout.fleet.replica_errors import bounded
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc
 from rollout.protocol.weights_wire import base_to_proto, manifest_from_proto
 from rollout.server.update_commit import CallerGoneError, UpdateRequest
@@ -134,10 +135,10 @@ def _status(context: grpc.ServicerContext) -> Iterator[None]:
         code = next((c for name, c in _REFUSALS if name in text), grpc.StatusCode.UNAVAILABLE)
         if "while committing" in text:  # past the point of no return: say what each replica serves
             code, text = grpc.StatusCode.INTERNAL, f"{text}; replicas now serve {err.versions}"
-        context.abort(code, f"FleetUpdateError: {text}")
+        context.abort(code, bounded(f"FleetUpdateError: {text}"))
     except (WeightUpdateError, ValueError) as err:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(err).__name__}: {err}")
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(f"{type(err).__name__}: {err}"))
     except BaseMismatchError as err:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"BaseMismatchError: {err}")
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, bounded(f"BaseMismatchError: {err}"))
     except CallerGoneError as err:
         context.abort(grpc.StatusCode.CANCELLED, str(err))

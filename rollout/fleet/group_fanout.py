@@ -37,6 +37,7 @@ from rollout.fleet.fleet_update import (
 )
 from rollout.fleet.group_member import GroupUpdate
 from rollout.fleet.group_stage import failures_of, settle, stage_members, start_on
+from rollout.fleet.replica_errors import bounded, error_text
 from rollout.fleet.weight_stage import FLEET_POLICIES
 from rollout.protocol.generated import weights_pb2
 from rollout.protocol.weights_wire import (
@@ -162,13 +163,13 @@ async def _answer(context: Any, work: Any, *args: Any) -> Any:
     try:
         return await asyncio.to_thread(work, *args)
     except GroupRefused as err:
-        await context.abort(err.code, str(err))
+        await context.abort(err.code, bounded(str(err)))
     except FleetUpdateError as err:
-        await context.abort(_fleet_code(str(err)), str(err))
+        await context.abort(_fleet_code(str(err)), bounded(str(err)))
     except ValueError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(err).__name__}: {err}")
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(error_text(err)))
     except Exception as err:  # a Ray call that failed: nothing was committed unless the message says so
-        await context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+        await context.abort(grpc.StatusCode.INTERNAL, bounded(error_text(err)))
 
 
 def _fleet_code(message: str) -> grpc.StatusCode:

@@ -25,6 +25,7 @@ from rollout.fleet.fleet_update import (
 )
 from rollout.fleet.group_member import GroupUpdate, UpdateCalledOff
 from rollout.fleet.replica_calls import Targeted
+from rollout.fleet.replica_errors import error_text
 
 
 def stage_members(
@@ -81,7 +82,7 @@ def failures_of(futures: dict[str, Future]) -> dict[str, str]:
         try:
             future.result()
         except Exception as exc:
-            failed[replica] = f"{type(exc).__name__}: {exc}"
+            failed[replica] = error_text(exc)
     return failed
 
 
@@ -113,7 +114,7 @@ def _drop_later(handle: Any, fleet: StagedFleet, pending: set[Future]) -> None:
 def _culprits(failed: dict[str, BaseException]) -> dict[str, str]:
     """The replicas that refused or failed; the ones merely called off because of them only when no
     other failure is known."""
-    described = {r: f"{type(e).__name__}: {e}" for r, e in failed.items()}
+    described = {r: error_text(e) for r, e in failed.items()}
     own = {r: d for r, d in described.items() if not _called_off(failed[r])}
     return own or described
 

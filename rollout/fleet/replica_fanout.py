@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollout.fleet.replica_calls import GrpcCall, GrpcReply, Targeted
+from rollout.fleet.replica_errors import error_text
 
 SERVICE = "/rollout.v1.RolloutService/"
 CONTROL_TIMEOUT_S = 600.0
@@ -28,7 +29,7 @@ def call_each(
         try:
             reply = response.result(timeout_s=CONTROL_TIMEOUT_S)
         except Exception as exc:  # the replica died or is gone
-            failed[replica] = ("UNAVAILABLE", f"{type(exc).__name__}: {exc}")
+            failed[replica] = ("UNAVAILABLE", error_text(exc))
             continue
         if reply.code == "OK":
             replies[replica] = reply

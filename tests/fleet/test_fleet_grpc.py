@@ -24,7 +24,6 @@ from rollout.client.weight_sync_error import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.protocol.generated import rollout_pb2 as pb  # noqa: E402
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc  # noqa: E402
-from rollout.protocol.generated import weights_pb2, weights_pb2_grpc  # noqa: E402
 from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
@@ -111,10 +110,6 @@ def test_greedy_generate_on_the_one_address_equals_an_offline_engine(
     assert "rollout_fleet_replicas 2" in client.metrics()
     client.reset_prefix_cache()
     assert client.abort("no-such-request") is False
-    with grpc.insecure_channel(fleet.grpc_address) as channel, pytest.raises(grpc.RpcError) as refused:
-        weights_pb2_grpc.WeightSyncServiceStub(channel).InitWeightGroup(weights_pb2.InitWeightGroupRequest())
-    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "torch.distributed pushes through the fleet front" in refused.value.details()
 
 
 def test_n_samples_with_logprobs_are_the_seeded_samples_one_replica_draws(
@@ -193,6 +188,25 @@ def test_an_adapter_and_a_disk_push_through_the_one_address_land_on_both_replica
     version = client.update_weights(disk, transport="disk", path=str(tmp_path / "ckpt"))
     assert _versions(fleet) == [version, version]
     assert _per_replica(fleet) == [_offline(disk, model_dir)] * 2
+
+
+def test_a_distributed_push_through_the_one_address_reaches_both_replicas_or_neither(
+    fleet: ServeFleet, client: RolloutClient, model_dir: Path
+) -> None:
+    """The client is rank 0 (gloo); the front gives each replica a rank (group_fanout.py)."""
+    assert client.server_info().weight_group_ranks == 2
+    start = _versions(fleet)
+    new = _perturbed(3)
+    version = client.update_weights(new, "distributed", timeout_s=120)
+    assert version == start[0] + 1 and _versions(fleet) == [version, version]
+    want = _offline(new, model_dir)
+    assert _per_replica(fleet) == [want, want]
+    bad = dict(_perturbed(4).state_dict())
+    bad["model.norm.weight"] = torch.ones(3)  # every replica refuses it at staging
+    with pytest.raises(WeightSyncError, match="model.norm.weight"):
+        client.update_weights(bad, "distributed", timeout_s=120)
+    assert _versions(fleet) == [version, version] and _per_replica(fleet) == [want, want]
+    client.weight_pusher.close_group()
 
 
 def _direct_sleep_states(fleet: ServeFleet) -> list[bool]:
