@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import torch
 
 from tests.builders import char_tokenizer, tiny_model
 
@@ -70,3 +73,30 @@ def finished_per_replica(fleet: Any) -> dict[str, int]:
         r: int(fleet.handle.stats.remote(Targeted(r)).result(timeout_s=120).get("num_requests_finished", 0))
         for r in fleet.replicas()
     }
+
+
+@contextmanager
+def two_replica_fleet(model_dir: Path, **fleet_kwargs: Any) -> Iterator[Any]:
+    """A ServeFleet of two replicas of `model_dir` (one CPU each, OpenAI port free) on a local Ray, shut down
+    after; `fleet_kwargs` go to ServeFleet (e.g. grpc_port=0)."""
+    import ray
+
+    from rollout.fleet import ServeFleet
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    try:
+        args = fleet_serve_args(model_dir)
+        with ServeFleet(2, serve_args=args, num_cpus=1, openai_port=0, **fleet_kwargs) as fleet:
+            fleet.wait_for_replicas()
+            yield fleet
+    finally:
+        ray.shutdown()
+
+
+def perturbed(seed: int) -> torch.nn.Module:
+    """The tiny llama with seeded noise on every weight: a policy to push."""
+    model = tiny_model("llama")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
+    return model

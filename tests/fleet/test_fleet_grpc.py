@@ -24,12 +24,12 @@ from rollout.client.weight_sync_error import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.protocol.generated import rollout_pb2 as pb  # noqa: E402
 from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc  # noqa: E402
-from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
     finished_per_replica,
-    fleet_serve_args,
+    perturbed,
     save_chat_model,
+    two_replica_fleet,
 )
 from tests.weights.lora_builders import set_adapter  # noqa: E402
 
@@ -47,14 +47,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(model_dir: Path) -> Iterator[ServeFleet]:
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    try:
-        args = fleet_serve_args(model_dir)
-        with ServeFleet(2, serve_args=args, num_cpus=1, openai_port=0, grpc_port=0) as f:
-            f.wait_for_replicas()
-            yield f
-    finally:
-        ray.shutdown()
+    with two_replica_fleet(model_dir, grpc_port=0) as f:
+        yield f
 
 
 @pytest.fixture
@@ -83,14 +77,6 @@ def _per_replica(fleet: ServeFleet) -> list[list[list[int]]]:
         with RolloutClient([address]) as one:
             out.append([o.outputs[0].token_ids for o in one.generate(PROMPTS, GREEDY)])
     return out
-
-
-def _perturbed(seed: int) -> torch.nn.Module:
-    model = tiny_model("llama")
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
-    return model
 
 
 def _versions(fleet: ServeFleet) -> list[int]:
@@ -162,12 +148,12 @@ def test_a_grpc_push_puts_both_replicas_on_the_next_version_and_a_bad_one_change
     fleet: ServeFleet, client: RolloutClient, model_dir: Path
 ) -> None:
     start = _versions(fleet)
-    new = _perturbed(1)
+    new = perturbed(1)
     version = client.update_weights(new)
     assert version == start[0] + 1 and _versions(fleet) == [version, version]
     want = _offline(new, model_dir)
     assert _per_replica(fleet) == [want, want]
-    bad = dict(_perturbed(2).state_dict())
+    bad = dict(perturbed(2).state_dict())
     bad["model.norm.weight"] = torch.ones(3)  # the wrong shape: every replica refuses at staging
     with pytest.raises(WeightSyncError, match="model.norm.weight"):
         client.update_weights(bad)
@@ -177,14 +163,14 @@ def test_a_grpc_push_puts_both_replicas_on_the_next_version_and_a_bad_one_change
 def test_an_adapter_and_a_disk_push_through_the_one_address_land_on_both_replicas(
     fleet: ServeFleet, client: RolloutClient, model_dir: Path, tmp_path: Path
 ) -> None:
-    base = _perturbed(5)
+    base = perturbed(5)
     client.update_weights(base)  # the base the adapter merges into; the client pins (fleet id, version)
     policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
     version = client.update_weights(policy)  # the adapter alone
     assert _versions(fleet) == [version, version]
     want = _offline(copy.deepcopy(policy).merge_and_unload(), model_dir)
     assert _per_replica(fleet) == [want, want]
-    disk = _perturbed(7)
+    disk = perturbed(7)
     version = client.update_weights(disk, transport="disk", path=str(tmp_path / "ckpt"))
     assert _versions(fleet) == [version, version]
     assert _per_replica(fleet) == [_offline(disk, model_dir)] * 2
@@ -196,12 +182,12 @@ def test_a_distributed_push_through_the_one_address_reaches_both_replicas_or_nei
     """The client is rank 0 (gloo); the front gives each replica a rank (group_fanout.py)."""
     assert client.server_info().weight_group_ranks == 2
     start = _versions(fleet)
-    new = _perturbed(3)
+    new = perturbed(3)
     version = client.update_weights(new, "distributed", timeout_s=120)
     assert version == start[0] + 1 and _versions(fleet) == [version, version]
     want = _offline(new, model_dir)
     assert _per_replica(fleet) == [want, want]
-    bad = dict(_perturbed(4).state_dict())
+    bad = dict(perturbed(4).state_dict())
     bad["model.norm.weight"] = torch.ones(3)  # every replica refuses it at staging
     with pytest.raises(WeightSyncError, match="model.norm.weight"):
         client.update_weights(bad, "distributed", timeout_s=120)

@@ -26,9 +26,8 @@ from rollout.client.weight_push import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc  # noqa: E402
-from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.group_front_builders import stand_in_front  # noqa: E402
-from tests.fleet.serve_fleet_builders import fleet_serve_args, save_chat_model  # noqa: E402
+from tests.fleet.serve_fleet_builders import perturbed, save_chat_model, two_replica_fleet  # noqa: E402
 from tests.weights.lora_builders import set_adapter  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0)
@@ -42,21 +41,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(model_dir: Path) -> Iterator[ServeFleet]:
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    try:
-        with ServeFleet(2, serve_args=fleet_serve_args(model_dir), num_cpus=1, openai_port=0) as f:
-            f.wait_for_replicas()
-            yield f
-    finally:
-        ray.shutdown()
-
-
-def _perturbed(seed: int) -> torch.nn.Module:
-    model = tiny_model("llama")
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
-    return model
+    with two_replica_fleet(model_dir) as f:
+        yield f
 
 
 def _fleet_greedy(fleet: ServeFleet) -> list[list[list[int]]]:
@@ -86,11 +72,11 @@ def test_a_distributed_push_reaches_every_replica_and_the_group_carries_the_next
     assert len(set(start)) == 1
     fleet.init_weight_group(backend="gloo", timeout_s=120)
     group = fleet._group.group
-    first = _perturbed(1)
+    first = perturbed(1)
     version = fleet.update_weights(first, transport="distributed", bucket_bytes=4096)
     assert version == start[0] + 1 and _versions(fleet) == [version, version]
     assert _fleet_greedy(fleet) == _offline_greedy(first, model_dir)
-    second = _perturbed(2)
+    second = perturbed(2)
     assert fleet.update_weights(second, transport="distributed") == version + 1
     assert fleet._group.group is group  # the same group: no second set-up
     assert _versions(fleet) == [version + 1, version + 1]
@@ -102,7 +88,7 @@ def test_a_distributed_push_reaches_every_replica_and_the_group_carries_the_next
 
 def test_a_wrong_shape_changes_no_replica_and_the_group_stays(fleet: ServeFleet) -> None:
     before, versions = _fleet_greedy(fleet), _versions(fleet)
-    bad = dict(_perturbed(3).state_dict())
+    bad = dict(perturbed(3).state_dict())
     bad["model.norm.weight"] = torch.ones(3)  # every replica refuses it in the handshake
     group = fleet._group.group
     with pytest.raises(FleetUpdateError, match="model.norm.weight") as refused:
@@ -122,13 +108,13 @@ def test_a_client_gives_the_fronts_one_address_a_rank_per_replica_and_a_refusal_
     fleet.close_weight_group()  # one rank 0 at a time: the client's group replaces this process's
     with stand_in_front(fleet) as front, RolloutClient([front]) as client:
         assert client.server_info(front).weight_group_ranks == 2
-        new = _perturbed(12)
+        new = perturbed(12)
         version = client.update_weights(new, "distributed", timeout_s=120)
         assert client.weight_pusher._group.ranks == {front: range(1, 3)}
         assert _versions(fleet) == [version, version]
         want = _offline_greedy(new, model_dir)
         assert _fleet_greedy(fleet) == want
-        bad = dict(_perturbed(13).state_dict())
+        bad = dict(perturbed(13).state_dict())
         bad["model.norm.weight"] = torch.ones(3)
         with pytest.raises(WeightSyncError) as refused:
             client.update_weights(bad, "distributed", timeout_s=120)
@@ -148,7 +134,7 @@ def test_an_adapter_one_replica_refuses_for_its_base_changes_neither_and_names_i
     """Replica 0 keeps the fleet's base under an adapter, replica 1 gets a new base (both pushed past
     the fleet, over gRPC): a distributed adapter push passes replica 0's check, replica 1 refuses it in
     the handshake, neither commits; then an adapter over the group merges on both bases alike."""
-    base = _perturbed(4)
+    base = perturbed(4)
     fleet.update_weights(base, transport="distributed")
     policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 5)
     version = _versions(fleet)[0] + 1
@@ -158,7 +144,7 @@ def test_an_adapter_one_replica_refuses_for_its_base_changes_neither_and_names_i
         client.weight_pusher.bases.record(first, weights_pb2.UpdateWeightsResponse(base=held))
         client.update_weights(policy, version=version)
     with RolloutClient([second], token=fleet.token) as client:
-        client.update_weights(_perturbed(6), version=version)
+        client.update_weights(perturbed(6), version=version)
     before = _fleet_greedy(fleet)
     with pytest.raises(FleetUpdateError, match="base") as refused:
         fleet.update_weights(set_adapter(policy, 7), transport="distributed")
@@ -170,7 +156,7 @@ def test_an_adapter_one_replica_refuses_for_its_base_changes_neither_and_names_i
     )
     assert _versions(fleet) == [version, version] and _fleet_greedy(fleet) == before
     fleet.update_weights(
-        _perturbed(4), transport="distributed"
+        perturbed(4), transport="distributed"
     )  # one base again (get_peft_model wrapped `base`)
     pushed = fleet.update_weights(set_adapter(policy, 8), transport="distributed")  # the adapter alone
     assert _versions(fleet) == [pushed, pushed]
@@ -193,6 +179,6 @@ def test_a_replacement_replica_comes_up_on_the_group_pushed_weights_and_joins_th
     assert victim not in {d["replica"] for d in described}
     assert [d["weight_version"] for d in described] == [version, version]
     assert _fleet_greedy(fleet) == want
-    after = _perturbed(9)
+    after = perturbed(9)
     assert fleet.update_weights(after, transport="distributed") == version + 1
     assert _fleet_greedy(fleet) == _offline_greedy(after, model_dir)

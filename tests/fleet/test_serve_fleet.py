@@ -27,15 +27,15 @@ from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
 from rollout.protocol.generated import weights_pb2  # noqa: E402
 from rollout.weights.disk import save_checkpoint  # noqa: E402
 from rollout.weights.lora_export import peft_update  # noqa: E402
-from tests.builders import tiny_model  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
     MODEL_NAME,
     chat,
     finished_per_replica,
-    fleet_serve_args,
+    perturbed,
     run_episode,
     save_chat_model,
+    two_replica_fleet,
 )
 from tests.weights.lora_builders import set_adapter  # noqa: E402
 
@@ -50,13 +50,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(model_dir: Path) -> Iterator[ServeFleet]:
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    try:
-        with ServeFleet(2, serve_args=fleet_serve_args(model_dir), num_cpus=1, openai_port=0) as f:
-            f.wait_for_replicas()
-            yield f
-    finally:
-        ray.shutdown()
+    with two_replica_fleet(model_dir) as f:
+        yield f
 
 
 def test_each_turn_of_an_episode_hits_the_blocks_of_the_turn_before(fleet: ServeFleet) -> None:
@@ -91,20 +86,12 @@ def test_a_streamed_chat_through_the_endpoint_carries_the_unstreamed_tokens(flee
     assert final[0]["token_ids"] == whole["choices"][0]["token_ids"]
 
 
-def _perturbed(seed: int) -> torch.nn.Module:
-    model = tiny_model("llama")
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
-    return model
-
-
 def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
     fleet: ServeFleet, model_dir: Path
 ) -> None:
     start = {d["weight_version"] for d in fleet.describe()}
     assert len(start) == 1
-    new = _perturbed(1)
+    new = perturbed(1)
     version = fleet.update_weights(new)
     assert version == start.pop() + 1
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
@@ -117,7 +104,7 @@ def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
         outs = client.generate(prompts, SamplingParams(max_tokens=6, temperature=0))
     assert [o.outputs[0].token_ids for o in outs] == want
     assert {o.outputs[0].weight_version for o in outs} == {version}
-    bad = dict(_perturbed(2).state_dict())
+    bad = dict(perturbed(2).state_dict())
     bad["model.norm.weight"] = torch.ones(3)  # the wrong shape: every replica refuses at staging
     with pytest.raises(FleetUpdateError, match="model.norm.weight"):
         fleet.update_weights(bad)
@@ -127,11 +114,11 @@ def test_one_push_updates_every_replica_and_a_refused_push_changes_none(
 def test_a_disk_push_loads_the_directory_on_every_replica_and_a_bad_one_changes_none(
     fleet: ServeFleet, model_dir: Path, tmp_path: Path
 ) -> None:
-    new = _perturbed(3)
+    new = perturbed(3)
     version = fleet.update_weights(path=str(save_checkpoint(new.state_dict(), tmp_path / "v")))
     assert [d["weight_version"] for d in fleet.describe()] == [version, version]
     assert _fleet_greedy(fleet) == _offline_greedy(new, model_dir)
-    bad = dict(_perturbed(4).state_dict())
+    bad = dict(perturbed(4).state_dict())
     bad["model.norm.weight"] = torch.ones(3)
     with pytest.raises(FleetUpdateError, match="model.norm.weight"):
         fleet.update_weights(path=str(save_checkpoint(bad, tmp_path / "bad")))
@@ -141,7 +128,7 @@ def test_a_disk_push_loads_the_directory_on_every_replica_and_a_bad_one_changes_
 def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet: ServeFleet) -> None:
     """Replica 0 keeps the fleet's base under an adapter, replica 1 gets a new base (both pushed past the
     fleet, over gRPC): a fleet adapter push stages on 0, replica 1 refuses it, neither commits."""
-    base = _perturbed(8)
+    base = perturbed(8)
     fleet.update_weights(base)
     policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 9)
     version = fleet.describe()[0]["weight_version"] + 1
@@ -151,7 +138,7 @@ def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet:
         client.weight_pusher.bases.record(first, weights_pb2.UpdateWeightsResponse(base=held))
         client.update_weights(policy, version=version)
     with RolloutClient([second], token=fleet.token) as client:
-        client.update_weights(_perturbed(10), version=version)
+        client.update_weights(perturbed(10), version=version)
     before = _fleet_greedy(fleet)
     with pytest.raises(FleetUpdateError, match="base") as refused:
         fleet.update_weights(set_adapter(policy, 11))
@@ -159,13 +146,13 @@ def test_an_adapter_push_one_replica_refuses_for_its_base_changes_neither(fleet:
     assert "staging" in str(refused.value) and len(named) == 1 and "BaseMismatchError" in str(refused.value)
     assert refused.value.versions == dict.fromkeys(fleet.replicas(), version)
     assert _fleet_greedy(fleet) == before and before[0] != before[1]
-    fleet.update_weights(_perturbed(8))  # one base again for the tests after
+    fleet.update_weights(perturbed(8))  # one base again for the tests after
 
 
 def test_an_adapter_push_merges_on_every_replicas_base_and_a_bad_one_changes_none(
     fleet: ServeFleet, model_dir: Path
 ) -> None:
-    base = _perturbed(5)
+    base = perturbed(5)
     fleet.update_weights(base)
     policy = set_adapter(get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")), 6)
     version = fleet.update_weights(policy)  # the adapter alone, merged on the base just pushed

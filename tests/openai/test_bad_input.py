@@ -52,7 +52,9 @@ def test_an_oversized_body_is_413_before_it_is_parsed() -> None:
 
 def test_a_stream_the_client_drops_aborts_its_request() -> None:
     engine = chat_engine()
-    finished = slow_steps(engine, delay=0.05)  # 400 steps: 20 s for the drop to be seen, on a loaded machine too
+    finished = slow_steps(
+        engine, delay=0.05
+    )  # 400 steps: 20 s for the drop to be seen, on a loaded machine too
     with openai_serving(engine) as (grpc_server, http):
         body = {**CHAT, "max_tokens": 400, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", f"{http.base_url}/chat/completions", json=body) as stream:
