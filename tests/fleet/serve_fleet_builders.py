@@ -100,3 +100,22 @@ def perturbed(seed: int) -> torch.nn.Module:
         for param in model.parameters():
             param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(seed)) * 0.05)
     return model
+
+
+def replica_greedy(fleet: Any, prompts: list, params: Any) -> list[list[list[int]]]:
+    """Each replica's outputs for `prompts`, asked at its own gRPC address (not through the fleet's)."""
+    from rollout.client import RolloutClient
+
+    out = []
+    for address in fleet.grpc_addresses:
+        with RolloutClient([address], token=fleet.token) as client:
+            out.append([o.outputs[0].token_ids for o in client.generate(prompts, params)])
+    return out
+
+
+def offline_greedy(model: Any, model_dir: Path, prompts: list, params: Any) -> list[list[int]]:
+    """The oracle: an offline engine on `model` (a module or a path) with the fleet model's tokenizer."""
+    from rollout import LLM, EngineConfig
+
+    llm = LLM(model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False))
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]

@@ -18,7 +18,7 @@ import torch
 
 ray = pytest.importorskip("ray", reason='the fleet tests need the ray extra: pip install "rollout[ray]"')
 
-from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
+from rollout import SamplingParams  # noqa: E402
 from rollout.client import RolloutClient  # noqa: E402
 from rollout.client.weight_sync_error import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
@@ -27,7 +27,9 @@ from rollout.protocol.generated import rollout_pb2_grpc as pb_grpc  # noqa: E402
 from tests.fleet.serve_fleet_builders import (  # noqa: E402
     BLOCK,
     finished_per_replica,
+    offline_greedy,
     perturbed,
+    replica_greedy,
     save_chat_model,
     two_replica_fleet,
 )
@@ -66,17 +68,11 @@ def wakes_after(fleet: ServeFleet) -> Iterator[None]:
 
 
 def _offline(model: torch.nn.Module | str, model_dir: Path) -> list[list[int]]:
-    llm = LLM(model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False))
-    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)]
+    return offline_greedy(model, model_dir, PROMPTS, GREEDY)
 
 
 def _per_replica(fleet: ServeFleet) -> list[list[list[int]]]:
-    """Each replica's greedy outputs, asked at its own address."""
-    out = []
-    for address in fleet.grpc_addresses:
-        with RolloutClient([address]) as one:
-            out.append([o.outputs[0].token_ids for o in one.generate(PROMPTS, GREEDY)])
-    return out
+    return replica_greedy(fleet, PROMPTS, GREEDY)
 
 
 def _versions(fleet: ServeFleet) -> list[int]:

@@ -20,14 +20,20 @@ peft = pytest.importorskip("peft")
 
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
-from rollout import LLM, EngineConfig, SamplingParams  # noqa: E402
+from rollout import SamplingParams  # noqa: E402
 from rollout.client import RolloutClient  # noqa: E402
 from rollout.client.weight_push import WeightSyncError  # noqa: E402
 from rollout.fleet import ServeFleet  # noqa: E402
 from rollout.fleet.fleet_update import FleetUpdateError  # noqa: E402
 from rollout.protocol.generated import weights_pb2, weights_pb2_grpc  # noqa: E402
 from tests.fleet.group_front_builders import stand_in_front  # noqa: E402
-from tests.fleet.serve_fleet_builders import perturbed, save_chat_model, two_replica_fleet  # noqa: E402
+from tests.fleet.serve_fleet_builders import (  # noqa: E402
+    offline_greedy,
+    perturbed,
+    replica_greedy,
+    save_chat_model,
+    two_replica_fleet,
+)
 from tests.weights.lora_builders import set_adapter  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0)
@@ -46,19 +52,11 @@ def fleet(model_dir: Path) -> Iterator[ServeFleet]:
 
 
 def _fleet_greedy(fleet: ServeFleet) -> list[list[list[int]]]:
-    """Each replica's greedy outputs (one client per replica's gRPC address)."""
-    out = []
-    for address in fleet.grpc_addresses:
-        with RolloutClient([address], token=fleet.token) as client:
-            out.append([o.outputs[0].token_ids for o in client.generate(PROMPTS, GREEDY)])
-    return out
+    return replica_greedy(fleet, PROMPTS, GREEDY)
 
 
 def _offline_greedy(model: torch.nn.Module, model_dir: Path) -> list[list[list[int]]]:
-    config = EngineConfig(num_blocks=256, self_check=False)
-    offline = LLM(model=model, tokenizer=str(model_dir), config=config)
-    want = [o.outputs[0].token_ids for o in offline.generate(PROMPTS, GREEDY)]
-    return [want, want]
+    return [offline_greedy(model, model_dir, PROMPTS, GREEDY)] * 2
 
 
 def _versions(fleet: ServeFleet) -> list[int]:

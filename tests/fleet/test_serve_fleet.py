@@ -32,7 +32,9 @@ from tests.fleet.serve_fleet_builders import (  # noqa: E402
     MODEL_NAME,
     chat,
     finished_per_replica,
+    offline_greedy,
     perturbed,
+    replica_greedy,
     run_episode,
     save_chat_model,
     two_replica_fleet,
@@ -173,20 +175,11 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
 
 
 def _fleet_greedy(fleet: ServeFleet) -> list[list[list[int]]]:
-    """Each replica's greedy outputs (one client per replica's gRPC address)."""
-    out = []
-    for address in fleet.grpc_addresses:
-        with RolloutClient([address], token=fleet.token) as client:
-            out.append([o.outputs[0].token_ids for o in client.generate(PROMPTS, GREEDY)])
-    return out
+    return replica_greedy(fleet, PROMPTS, GREEDY)
 
 
 def _offline_greedy(model: torch.nn.Module, model_dir: Path) -> list[list[list[int]]]:
-    offline = LLM(
-        model=model, tokenizer=str(model_dir), config=EngineConfig(num_blocks=256, self_check=False)
-    )
-    want = [o.outputs[0].token_ids for o in offline.generate(PROMPTS, GREEDY)]
-    return [want, want]
+    return [offline_greedy(model, model_dir, PROMPTS, GREEDY)] * 2
 
 
 def test_a_replica_killed_mid_request_loses_nothing_and_its_replacement_serves_the_fleet_version(
