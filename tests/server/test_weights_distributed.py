@@ -5,15 +5,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 
 from rollout.client import RolloutClient
 from rollout.client.weight_push import WeightSyncError
 from tests.builders import tiny_model
-from tests.weights.server_builders import greedy_tokens, reference_tokens
+from tests.weights.server_builders import addresses_of, greedy_tokens, reference_tokens, stdin_processes
 
 # A server process: tiny engine (seed 0) with the WeightSyncService; prints its address, serves
 # until its stdin closes.
@@ -29,29 +28,8 @@ SERVER = textwrap.dedent(
 )
 
 
-@contextmanager
-def server_processes(count: int) -> Iterator[list[subprocess.Popen]]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        for _ in range(count)
-    ]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-
-
-def addresses_of(procs: list[subprocess.Popen]) -> list[str]:
-    return [proc.stdout.readline().strip() for proc in procs]
+def server_processes(count: int) -> AbstractContextManager[list[subprocess.Popen]]:
+    return stdin_processes(*[[sys.executable, "-c", SERVER]] * count)
 
 
 @pytest.mark.slow

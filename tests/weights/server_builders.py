@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -33,3 +36,25 @@ def greedy_tokens(llm_or_client, prompts: list[list[int]] = PROMPTS) -> list[lis
 def reference_tokens(seed: int, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:
     """Greedy outputs of a fresh offline engine built with the model of `seed`."""
     return greedy_tokens(tiny_llm(seed=seed), prompts)
+
+
+@contextmanager
+def stdin_processes(*commands: list[str]) -> Iterator[list[subprocess.Popen]]:
+    """One process per command, each serving until its stdin closes (on exit: 20 s to stop, else killed)."""
+    procs = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for c in commands]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+def addresses_of(procs: list[subprocess.Popen]) -> list[str]:
+    """The address each process printed first."""
+    return [proc.stdout.readline().strip() for proc in procs]

@@ -8,13 +8,8 @@ handshake, and one rank of the front refusing calls the update off for every ser
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -24,7 +19,7 @@ from rollout.client.weight_push import WeightSyncError
 from rollout.weights.manifest import unique_named_tensors
 from tests.builders import tiny_model
 from tests.weights.fake_fleet_front import digest
-from tests.weights.server_builders import greedy_tokens, reference_tokens
+from tests.weights.server_builders import addresses_of, greedy_tokens, reference_tokens, stdin_processes
 
 SERVER = textwrap.dedent(
     """
@@ -36,22 +31,6 @@ SERVER = textwrap.dedent(
         sys.stdin.read()
     """
 )
-
-
-@contextmanager
-def processes(*commands: list[str]) -> Iterator[list[str]]:
-    procs = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for c in commands]
-    try:
-        yield [proc.stdout.readline().strip() for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.stdin.close()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
 
 
 def _front_digests(client: RolloutClient, front: str) -> list[str]:
@@ -67,7 +46,8 @@ def _expected_digest(model: torch.nn.Module) -> str:
 @pytest.mark.slow
 def test_a_multi_rank_address_gets_a_rank_per_member_and_one_refusing_rank_calls_the_update_off() -> None:
     commands = [sys.executable, "-c", SERVER], [sys.executable, "-m", "tests.weights.fake_fleet_front"]
-    with processes(*commands) as (server, front), RolloutClient([server, front]) as client:
+    with stdin_processes(*commands) as procs, RolloutClient(addresses_of(procs)) as client:
+        server, front = client.addresses
         assert client.server_info(front).weight_group_ranks == 2
         new = tiny_model(seed=1)
         assert client.update_weights(new, "distributed", bucket_bytes=64_000, timeout_s=60) == 1
