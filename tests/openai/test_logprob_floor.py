@@ -15,7 +15,7 @@ ONLY = {"allowed_token_ids": [40], "ignore_eos": True}  # every other token is d
 def test_dropped_alternatives_are_written_as_vllms_floor() -> None:
     with openai_serving() as (_, http):
         client = openai.OpenAI(base_url=http.base_url, api_key="none", max_retries=0)
-        chat = client.chat.completions.create(
+        chat_body = dict(
             model=MODEL,
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=2,
@@ -23,17 +23,8 @@ def test_dropped_alternatives_are_written_as_vllms_floor() -> None:
             top_logprobs=2,
             extra_body=ONLY,
         )
-        chunks = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": "hi"}],
-                max_tokens=2,
-                logprobs=True,
-                top_logprobs=2,
-                stream=True,
-                extra_body=ONLY,
-            )
-        )
+        chat = client.chat.completions.create(**chat_body)
+        chunks = list(client.chat.completions.create(**chat_body, stream=True))
         completion = client.completions.create(
             model=MODEL, prompt=[5, 6], max_tokens=2, logprobs=2, extra_body=ONLY
         )
